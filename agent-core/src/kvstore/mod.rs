@@ -1,0 +1,23 @@
+//! The kvstore layer: Cilium's etcd layout and watch-store semantics.
+//!
+//! - [`EtcdBackend`]: connection (TLS), paginated lists, watches, leases.
+//! - [`WatchStore`]: the restartable watch store of one prefix.
+//! - [`WatchStoreManager`]: starts per-prefix work gated by sync canaries, or at once.
+//! - [`Decoder`]: typed, validated decoding of values (see [`crate::types`]).
+
+pub mod config;
+pub mod decoder;
+pub mod error;
+pub mod etcd;
+pub mod keys;
+pub mod manager;
+pub mod metrics;
+pub mod watch_store;
+
+pub use config::EtcdConfig;
+pub use decoder::{DecodeError, Decoder, RawDecoder};
+pub use error::KvstoreError;
+pub use etcd::{EtcdBackend, ListPage, Watch, WatchEvent};
+pub use manager::WatchStoreManager;
+pub use metrics::KvstoreMetrics;
+pub use watch_store::{Observer, StoreStatus, WatchStore, WatchStoreOptions};

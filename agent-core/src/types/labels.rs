@@ -1,0 +1,240 @@
+//! Security labels and their kvstore text form (`source:key=value;` pairs sorted by key), the
+//! value of an identity key.
+//!
+//! Facts from Cilium's `pkg/labels`: a label is `source:key=value`; `$key` and `reserved.key`
+//! (no `:`) are short forms of source `reserved`; a missing source is `unspec`. The kvstore form
+//! (`SortedList` / `FormatForKVStore`) writes every label as `source:key=value;` — including the
+//! `=` when the value is empty — in byte order of the key, and reading it back skips entries
+//! with an empty key (the text after the final `;`).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// Source of Kubernetes-derived labels.
+pub const LABEL_SOURCE_K8S: &str = "k8s";
+/// Source of Cilium's reserved labels (`reserved:host`, …).
+pub const LABEL_SOURCE_RESERVED: &str = "reserved";
+/// Source given to a label written without one.
+pub const LABEL_SOURCE_UNSPEC: &str = "unspec";
+/// Label carrying the cluster name of an identity (`k8s:io.cilium.k8s.policy.cluster=<name>`).
+pub const POLICY_LABEL_CLUSTER: &str = "io.cilium.k8s.policy.cluster";
+
+/// One label: source, key and (possibly empty) value.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct Label {
+    /// Where the label comes from (`k8s`, `reserved`, `cidr`, …).
+    pub source: String,
+    /// The key.
+    pub key: String,
+    /// The value, empty for labels without one.
+    pub value: String,
+}
+
+impl Label {
+    /// A label from its parts.
+    pub fn new(
+        source: impl Into<String>,
+        key: impl Into<String>,
+        value: impl Into<String>,
+    ) -> Self {
+        Self {
+            source: source.into(),
+            key: key.into(),
+            value: value.into(),
+        }
+    }
+
+    /// Parses `source:key=value` (or the short forms) like Cilium's `ParseLabel`. Never fails;
+    /// text without a key yields an empty key.
+    pub fn parse(text: &str) -> Self {
+        let (source, rest) = match text.as_bytes().first() {
+            None => ("", ""),
+            Some(b'$') => (LABEL_SOURCE_RESERVED, &text[1..]),
+            Some(_) => match text.split_once(':') {
+                Some((source, rest)) => (source, rest),
+                None => match text.strip_prefix("reserved.") {
+                    Some(rest) => (LABEL_SOURCE_RESERVED, rest),
+                    None => ("", text),
+                },
+            },
+        };
+        let source = if source.is_empty() {
+            LABEL_SOURCE_UNSPEC
+        } else {
+            source
+        };
+        let (key, value) = match rest.split_once('=') {
+            // `reserved:=key` is a reserved key without value.
+            Some(("", key)) if source == LABEL_SOURCE_RESERVED => (key, ""),
+            Some((key, value)) => (key, value),
+            None => (rest, ""),
+        };
+        Self::new(source, key, value)
+    }
+
+    /// Appends the kvstore form `source:key=value;`.
+    fn write_kvstore(&self, out: &mut String) {
+        for part in [&self.source, ":", &self.key, "=", &self.value, ";"] {
+            out.push_str(part);
+        }
+    }
+}
+
+impl fmt::Display for Label {
+    /// `source:key=value`, or `source:key` when the value is empty (Cilium's `String()`).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.source, self.key)?;
+        if !self.value.is_empty() {
+            write!(f, "={}", self.value)?;
+        }
+        Ok(())
+    }
+}
+
+/// A set of labels keyed (and ordered) by label key, like Cilium's `labels.Labels`: a key
+/// appears once; inserting it again replaces the earlier label.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Labels(BTreeMap<String, Label>);
+
+impl Labels {
+    /// No labels.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Parses the kvstore form (`k8s:app=foo;k8s:io.kubernetes.pod.namespace=default;`) like
+    /// Cilium's `NewLabelArrayFromSortedList`: split on `;`, entries with an empty key skipped,
+    /// a repeated key keeps the last label. Never fails.
+    pub fn parse_kvstore(text: &str) -> Self {
+        text.split(';')
+            .map(Label::parse)
+            .filter(|label| !label.key.is_empty())
+            .collect()
+    }
+
+    /// The kvstore form: every label as `source:key=value;`, sorted by key (Cilium's
+    /// `SortedList`, byte for byte).
+    pub fn to_kvstore_string(&self) -> String {
+        let mut out = String::with_capacity(
+            self.0
+                .values()
+                .map(|l| l.source.len() + l.key.len() + l.value.len() + 3)
+                .sum(),
+        );
+        for label in self.0.values() {
+            label.write_kvstore(&mut out);
+        }
+        out
+    }
+
+    /// Adds `label`, returning the label it replaced (same key).
+    pub fn insert(&mut self, label: Label) -> Option<Label> {
+        self.0.insert(label.key.clone(), label)
+    }
+
+    /// The label with key `key`.
+    pub fn get(&self, key: &str) -> Option<&Label> {
+        self.0.get(key)
+    }
+
+    /// The labels in key order.
+    pub fn iter(&self) -> impl Iterator<Item = &Label> {
+        self.0.values()
+    }
+
+    /// Number of labels.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether there are no labels.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl FromIterator<Label> for Labels {
+    fn from_iter<I: IntoIterator<Item = Label>>(iter: I) -> Self {
+        let mut labels = Self::new();
+        for label in iter {
+            labels.insert(label);
+        }
+        labels
+    }
+}
+
+impl fmt::Display for Labels {
+    /// The kvstore form, see [`Labels::to_kvstore_string`].
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_kvstore_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_like_cilium() {
+        let cases = [
+            ("k8s:app=foo", ("k8s", "app", "foo")),
+            ("k8s:app", ("k8s", "app", "")),
+            ("k8s:app=", ("k8s", "app", "")),
+            ("k8s:a=b=c", ("k8s", "a", "b=c")),
+            ("app=foo", ("unspec", "app", "foo")),
+            ("$host", ("reserved", "host", "")),
+            ("reserved.host", ("reserved", "host", "")),
+            ("reserved:host", ("reserved", "host", "")),
+            ("reserved:=host", ("reserved", "host", "")),
+            ("cidr:10.0.0.0/8", ("cidr", "10.0.0.0/8", "")),
+            (
+                "k8s:io.kubernetes.pod.namespace=default",
+                ("k8s", "io.kubernetes.pod.namespace", "default"),
+            ),
+            ("container:a:b=c", ("container", "a:b", "c")),
+            ("", ("unspec", "", "")),
+        ];
+        for (text, (source, key, value)) in cases {
+            assert_eq!(
+                Label::parse(text),
+                Label::new(source, key, value),
+                "{text:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn kvstore_form_round_trips_exactly() {
+        // The reference example: sorted by key, every pair ends in `;`.
+        let text = "k8s:app=foo;k8s:io.kubernetes.pod.namespace=default;";
+        let labels = Labels::parse_kvstore(text);
+        assert_eq!(labels.len(), 2);
+        assert_eq!(labels.to_kvstore_string(), text);
+        assert_eq!(labels.to_string(), text);
+
+        // A value-less label keeps its `=`; the order is by key, not by source.
+        let labels: Labels = [
+            Label::new("reserved", "host", ""),
+            Label::new("k8s", "io.cilium.k8s.policy.cluster", "c1"),
+            Label::new("k8s", "Z", "upper sorts first"),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(
+            labels.to_kvstore_string(),
+            "k8s:Z=upper sorts first;reserved:host=;k8s:io.cilium.k8s.policy.cluster=c1;"
+        );
+        assert_eq!(Labels::parse_kvstore(&labels.to_kvstore_string()), labels);
+    }
+
+    #[test]
+    fn unsorted_and_odd_input() {
+        let labels = Labels::parse_kvstore("k8s:b=2;;k8s:a=1;unspec:a=3;=x;");
+        assert_eq!(labels.len(), 2, "empty keys skipped, repeated key replaced");
+        assert_eq!(labels.get("a"), Some(&Label::new("unspec", "a", "3")));
+        assert_eq!(labels.to_kvstore_string(), "unspec:a=3;k8s:b=2;");
+        assert!(Labels::parse_kvstore("").is_empty());
+        assert_eq!(Label::new("k8s", "app", "").to_string(), "k8s:app");
+        assert_eq!(Label::new("k8s", "app", "x").to_string(), "k8s:app=x");
+    }
+}

@@ -1,0 +1,426 @@
+//! Real etcd servers on 127.0.0.1, plain or with TLS, client-certificate auth and etcd users.
+//!
+//! Each server has its own directory and free ports. [`EtcdServer::stop`] and
+//! [`EtcdServer::restart`] keep the data and ports, so tests can take a remote cluster away
+//! and bring it back. The TLS variant makes a CA, a server certificate (SAN `IP:127.0.0.1`)
+//! and one client certificate per etcd user with `openssl`; with client-cert auth the
+//! certificate's CN is the etcd user, as in Cilium's remote-user model.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use tempfile::TempDir;
+
+use crate::process::{self, LabProcess};
+use crate::{LabError, Result, paths, wait};
+
+/// How to start an etcd server.
+#[derive(Debug, Clone, Default)]
+pub struct EtcdOptions {
+    /// Serve TLS with client-certificate auth and enable etcd authentication (user `root`).
+    pub tls: bool,
+    /// `--max-txn-ops` (etcd's default is 128); bulk loads go faster with more.
+    pub max_txn_ops: Option<u32>,
+    /// A name for logs and the etcd member (defaults to `etcd`).
+    pub name: Option<String>,
+}
+
+/// A running etcd server; stopped and its directory removed on drop.
+#[derive(Debug)]
+pub struct EtcdServer {
+    process: Option<LabProcess>,
+    name: String,
+    client_port: u16,
+    peer_port: u16,
+    options: EtcdOptions,
+    tls: Option<EtcdTls>,
+    // Last, so the process is stopped before its directory goes.
+    dir: TempDir,
+}
+
+/// Certificates of a TLS etcd server.
+#[derive(Debug, Clone)]
+pub struct EtcdTls {
+    dir: PathBuf,
+    /// The CA that signed the server and client certificates.
+    pub ca_file: PathBuf,
+}
+
+/// A client identity: certificate and key, whose CN is the etcd user.
+#[derive(Debug, Clone)]
+pub struct ClientCert {
+    /// PEM certificate.
+    pub cert_file: PathBuf,
+    /// PEM private key.
+    pub key_file: PathBuf,
+}
+
+/// What an etcd user may do under a key prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Read only.
+    Read,
+    /// Read and write.
+    ReadWrite,
+}
+
+const READY_TIMEOUT: Duration = Duration::from_secs(20);
+const ROOT_USER: &str = "root";
+
+impl EtcdServer {
+    /// Starts a plain (no TLS) etcd server.
+    pub fn start() -> Result<Self> {
+        Self::start_with(EtcdOptions::default())
+    }
+
+    /// Starts an etcd server as `options` say. Ports are picked free; if one was taken
+    /// between picking and binding, it retries with new ports.
+    pub fn start_with(options: EtcdOptions) -> Result<Self> {
+        paths::find_program("etcd")?;
+        paths::find_program("etcdctl")?;
+        let dir = tempfile::Builder::new()
+            .prefix("meshwork-etcd-")
+            .tempdir()
+            .map_err(LabError::io("creating the etcd temp dir"))?;
+        let tls = if options.tls {
+            Some(EtcdTls::create(&dir.path().join("tls"))?)
+        } else {
+            None
+        };
+        let mut server = Self {
+            process: None,
+            name: options.name.clone().unwrap_or_else(|| "etcd".to_owned()),
+            client_port: 0,
+            peer_port: 0,
+            options,
+            tls,
+            dir,
+        };
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            server.client_port = wait::free_port()?;
+            server.peer_port = wait::free_port()?;
+            let _ = std::fs::remove_dir_all(server.data_dir());
+            match server.spawn() {
+                Ok(()) => break,
+                Err(err) if attempt < 3 => {
+                    tracing::warn!(%err, "etcd did not start; retrying with new ports");
+                }
+                Err(err) => return Err(err),
+            }
+        }
+        if server.tls.is_some() {
+            server.enable_auth()?;
+        }
+        Ok(server)
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    fn scheme(&self) -> &'static str {
+        if self.tls.is_some() { "https" } else { "http" }
+    }
+
+    /// The client URL, e.g. `http://127.0.0.1:23790`.
+    pub fn endpoint(&self) -> String {
+        format!("{}://127.0.0.1:{}", self.scheme(), self.client_port)
+    }
+
+    /// The client port on 127.0.0.1.
+    pub fn client_port(&self) -> u16 {
+        self.client_port
+    }
+
+    /// The TLS material, when started with TLS.
+    pub fn tls(&self) -> Option<&EtcdTls> {
+        self.tls.as_ref()
+    }
+
+    /// The server's directory (data, TLS material, log).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn spawn(&mut self) -> Result<()> {
+        let etcd = paths::find_program("etcd")?;
+        let client_url = self.endpoint();
+        let peer_url = format!("http://127.0.0.1:{}", self.peer_port);
+        let mut command = Command::new(etcd);
+        command
+            .arg("--name")
+            .arg(&self.name)
+            .arg("--data-dir")
+            .arg(self.data_dir())
+            .arg("--listen-client-urls")
+            .arg(&client_url)
+            .arg("--advertise-client-urls")
+            .arg(&client_url)
+            .arg("--listen-peer-urls")
+            .arg(&peer_url)
+            .arg("--initial-advertise-peer-urls")
+            .arg(&peer_url)
+            .arg("--initial-cluster")
+            .arg(format!("{}={peer_url}", self.name))
+            .arg("--log-level")
+            .arg("warn");
+        if let Some(ops) = self.options.max_txn_ops {
+            command.arg("--max-txn-ops").arg(ops.to_string());
+        }
+        if let Some(tls) = &self.tls {
+            command
+                .arg("--cert-file")
+                .arg(tls.dir.join("server.crt"))
+                .arg("--key-file")
+                .arg(tls.dir.join("server.key"))
+                .arg("--trusted-ca-file")
+                .arg(&tls.ca_file)
+                .arg("--client-cert-auth");
+        }
+        let log = self.dir.path().join("etcd.log");
+        let process = LabProcess::spawn(&format!("etcd {}", self.name), command, &log)?;
+        self.process = Some(process);
+        self.wait_healthy()
+    }
+
+    fn wait_healthy(&mut self) -> Result<()> {
+        let started = std::time::Instant::now();
+        loop {
+            if let Some(process) = self.process.as_mut() {
+                process.check_running()?;
+            }
+            if wait::port_open(self.client_port)
+                && self
+                    .etcdctl(ROOT_USER)
+                    .args(["endpoint", "health", "--command-timeout=1s"])
+                    .output()
+                    .is_ok_and(|o| o.status.success())
+            {
+                return Ok(());
+            }
+            if started.elapsed() > READY_TIMEOUT {
+                let tail = self
+                    .process
+                    .as_ref()
+                    .map(LabProcess::log_tail)
+                    .unwrap_or_default();
+                return Err(LabError::Timeout {
+                    what: format!("etcd {} to become healthy; log:\n{tail}", self.name),
+                    waited: started.elapsed(),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// An `etcdctl` command (API v3) aimed at this server. With TLS it authenticates with the
+    /// client certificate of `user` (see [`EtcdServer::add_user`]); without TLS `user` is
+    /// ignored.
+    pub fn etcdctl(&self, user: &str) -> Command {
+        let mut command = Command::new("etcdctl");
+        command
+            .env("ETCDCTL_API", "3")
+            .arg("--endpoints")
+            .arg(self.endpoint());
+        if let Some(tls) = &self.tls {
+            let cert = tls.client(user);
+            command
+                .arg("--cacert")
+                .arg(&tls.ca_file)
+                .arg("--cert")
+                .arg(cert.cert_file)
+                .arg("--key")
+                .arg(cert.key_file);
+        }
+        command
+    }
+
+    /// Runs `etcdctl` as root with `args` and returns its stdout.
+    pub fn ctl(&self, args: &[&str]) -> Result<String> {
+        process::run(self.etcdctl(ROOT_USER).args(args))
+    }
+
+    fn enable_auth(&self) -> Result<()> {
+        self.ctl(&["user", "add", ROOT_USER, "--new-user-password=meshwork-lab"])?;
+        self.ctl(&["user", "grant-role", ROOT_USER, "root"])?;
+        self.ctl(&["auth", "enable"])?;
+        Ok(())
+    }
+
+    /// Adds an etcd user with `access` to keys under `prefix` and issues its client
+    /// certificate (CN = `user`). Only for TLS servers.
+    pub fn add_user(&self, user: &str, prefix: &str, access: Access) -> Result<ClientCert> {
+        let Some(tls) = &self.tls else {
+            return Err(LabError::CommandFailed {
+                command: format!("add_user {user}"),
+                detail: "etcd users need a TLS server (EtcdOptions::tls)".to_owned(),
+            });
+        };
+        let cert = tls.issue_client(user)?;
+        let role = format!("{user}-role");
+        let permission = match access {
+            Access::Read => "read",
+            Access::ReadWrite => "readwrite",
+        };
+        self.ctl(&["role", "add", &role])?;
+        self.ctl(&[
+            "role",
+            "grant-permission",
+            &role,
+            "--prefix=true",
+            permission,
+            prefix,
+        ])?;
+        self.ctl(&["user", "add", user, "--new-user-password=meshwork-lab"])?;
+        self.ctl(&["user", "grant-role", user, &role])?;
+        Ok(cert)
+    }
+
+    /// Stops the server (SIGTERM), keeping its data and ports for [`EtcdServer::restart`].
+    pub fn stop(&mut self) {
+        if let Some(mut process) = self.process.take() {
+            process.stop(Duration::from_secs(5));
+        }
+    }
+
+    /// Kills the server at once (SIGKILL), as a crash would; data and ports are kept.
+    pub fn kill(&mut self) {
+        if let Some(mut process) = self.process.take() {
+            process.kill();
+        }
+    }
+
+    /// Starts a stopped server again on the same ports and data.
+    pub fn restart(&mut self) -> Result<()> {
+        self.stop();
+        self.spawn()
+    }
+
+    /// Whether the server process runs.
+    pub fn is_running(&mut self) -> bool {
+        self.process.as_mut().is_some_and(LabProcess::is_running)
+    }
+
+    /// The server's PID, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.process.as_ref().map(LabProcess::pid)
+    }
+}
+
+impl EtcdTls {
+    fn create(dir: &Path) -> Result<Self> {
+        paths::find_program("openssl")?;
+        std::fs::create_dir_all(dir).map_err(LabError::io("creating the TLS dir"))?;
+        let tls = Self {
+            dir: dir.to_owned(),
+            ca_file: dir.join("ca.crt"),
+        };
+        openssl(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=meshwork-lab-ca",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+            "-keyout",
+            &path_str(&dir.join("ca.key")),
+            "-out",
+            &path_str(&tls.ca_file),
+        ])?;
+        tls.issue(
+            "server",
+            "etcd-server",
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth",
+        )?;
+        // The lab's own etcdctl calls (health checks, user setup) authenticate as root.
+        tls.issue_client(ROOT_USER)?;
+        Ok(tls)
+    }
+
+    /// The client certificate issued for `user` (see [`EtcdServer::add_user`]).
+    pub fn client(&self, user: &str) -> ClientCert {
+        ClientCert {
+            cert_file: self.dir.join(format!("client-{user}.crt")),
+            key_file: self.dir.join(format!("client-{user}.key")),
+        }
+    }
+
+    /// Issues a client certificate with CN = `user`, signed by this CA.
+    pub fn issue_client(&self, user: &str) -> Result<ClientCert> {
+        self.issue(
+            &format!("client-{user}"),
+            user,
+            "extendedKeyUsage=clientAuth",
+        )?;
+        Ok(self.client(user))
+    }
+
+    /// Makes a certificate signed by a different CA: what a client with a wrong CA presents.
+    pub fn foreign_ca(dir: &Path) -> Result<PathBuf> {
+        let other = Self::create(dir)?;
+        Ok(other.ca_file)
+    }
+
+    fn issue(&self, file: &str, common_name: &str, extensions: &str) -> Result<()> {
+        let key = self.dir.join(format!("{file}.key"));
+        let csr = self.dir.join(format!("{file}.csr"));
+        let crt = self.dir.join(format!("{file}.crt"));
+        let ext = self.dir.join(format!("{file}.ext"));
+        let extensions = format!(
+            "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n{extensions}\n"
+        );
+        std::fs::write(&ext, extensions).map_err(LabError::io("writing the cert extensions"))?;
+        openssl(&[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-subj",
+            &format!("/CN={common_name}"),
+            "-keyout",
+            &path_str(&key),
+            "-out",
+            &path_str(&csr),
+        ])?;
+        openssl(&[
+            "x509",
+            "-req",
+            "-days",
+            "2",
+            "-in",
+            &path_str(&csr),
+            "-CA",
+            &path_str(&self.ca_file),
+            "-CAkey",
+            &path_str(&self.dir.join("ca.key")),
+            "-CAcreateserial",
+            "-extfile",
+            &path_str(&ext),
+            "-out",
+            &path_str(&crt),
+        ])?;
+        Ok(())
+    }
+}
+
+fn openssl(args: &[&str]) -> Result<()> {
+    process::run(Command::new("openssl").args(args)).map(drop)
+}
+
+fn path_str(path: &Path) -> String {
+    path.to_string_lossy().into_owned()
+}

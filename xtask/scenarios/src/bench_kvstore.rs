@@ -1,0 +1,202 @@
+//! `cargo xtask bench kvstore`: ipcache entries listed and decoded through the watch store
+//! vs the raw paginated range read of the same keys (etcd-client, no decode), same etcd, same
+//! run, several rounds, medians.
+
+use std::time::{Duration, Instant};
+
+use meshwork_agent_core::kvstore::{
+    EtcdBackend, EtcdConfig, WatchStore, WatchStoreOptions, etcd::DEFAULT_PAGE_SIZE, keys,
+};
+use meshwork_agent_core::types::IpCacheDecoder;
+use meshwork_lab::etcd::{EtcdOptions, EtcdServer};
+use tokio_util::sync::CancellationToken;
+
+use crate::fixtures::{Cluster, Sizes};
+use crate::mesh_stores::Discard;
+use crate::rss;
+
+const GOAL: f64 = 1.30;
+
+/// Options of the kvstore benchmark.
+#[derive(clap::Args)]
+pub struct Args {
+    /// ipcache entries.
+    #[arg(long, default_value_t = 100_000)]
+    entries: u32,
+    /// Rounds; the medians are reported.
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
+    /// Keys per list page, for both the floor and the store.
+    #[arg(long, default_value_t = DEFAULT_PAGE_SIZE)]
+    page_size: i64,
+}
+
+/// Runs the benchmark and prints its table and the closing `ratio=` line.
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let server = EtcdServer::start_with(EtcdOptions {
+        max_txn_ops: Some(10_000),
+        ..EtcdOptions::default()
+    })?;
+    let backend = EtcdBackend::connect(
+        &EtcdConfig::new([server.endpoint()]),
+        Duration::from_secs(10),
+    )
+    .await?;
+    let cluster = Cluster {
+        name: "bench".to_owned(),
+        id: 1,
+        sizes: Sizes {
+            nodes: 100,
+            services: 0,
+            identities: 1000,
+            ipcache: args.entries,
+        },
+    };
+    let pairs: Vec<_> = cluster
+        .state()
+        .into_iter()
+        .filter(|(key, _)| key.starts_with(keys::IPCACHE_PREFIX))
+        .collect();
+    let bytes: usize = pairs.iter().map(|(k, v)| k.len() + v.len()).sum();
+    backend.put_many(pairs, 5000).await?;
+    let prefix = keys::with_trailing_slash(keys::IPCACHE_DEFAULT_PREFIX);
+    println!(
+        "kvstore benchmark: {} ipcache entries ({:.1} MiB), page size {}, {} rounds",
+        args.entries,
+        bytes as f64 / (1024.0 * 1024.0),
+        args.page_size,
+        args.rounds
+    );
+
+    let mut floor = Vec::new();
+    let mut store = Vec::new();
+    for round in 0..args.rounds {
+        // Alternate which goes first so neither always meets a warm or cold etcd.
+        let (f, s) = if round % 2 == 0 {
+            let f = raw_list(&backend, &prefix, args.page_size, args.entries).await?;
+            (
+                f,
+                store_list(&backend, &prefix, args.page_size, args.entries).await?,
+            )
+        } else {
+            let s = store_list(&backend, &prefix, args.page_size, args.entries).await?;
+            (
+                raw_list(&backend, &prefix, args.page_size, args.entries).await?,
+                s,
+            )
+        };
+        println!(
+            "  round {}: raw range read {:>7.1} ms   watch store list+decode {:>7.1} ms   ({:.2}x)",
+            round + 1,
+            ms(f),
+            ms(s),
+            s.as_secs_f64() / f.as_secs_f64()
+        );
+        floor.push(f);
+        store.push(s);
+    }
+    let floor = median(&mut floor);
+    let store = median(&mut store);
+    let ratio = store.as_secs_f64() / floor.as_secs_f64();
+    println!();
+    println!(
+        "  {:<42} {:>10} {:>12}",
+        "median of rounds", "ms", "entries/s"
+    );
+    println!(
+        "  {:<42} {:>10.1} {:>12.0}",
+        "floor: raw paginated range read (no decode)",
+        ms(floor),
+        rate(args.entries, floor)
+    );
+    println!(
+        "  {:<42} {:>10.1} {:>12.0}",
+        "watch store: list + decode + validate",
+        ms(store),
+        rate(args.entries, store)
+    );
+    println!(
+        "  peak RSS of the benchmark process: {} MiB",
+        rss::peak_rss_mib()
+    );
+    drop(server);
+    println!("ratio={ratio:.2} goal={GOAL:.2}");
+    Ok(())
+}
+
+async fn raw_list(
+    backend: &EtcdBackend,
+    prefix: &str,
+    page_size: i64,
+    expected: u32,
+) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    let mut from = prefix.as_bytes().to_vec();
+    let mut revision = 0;
+    let mut count = 0usize;
+    loop {
+        let (page, more) = backend
+            .list_page(prefix, &from, revision, page_size)
+            .await?;
+        revision = page.revision;
+        count += page.kvs.len();
+        match page.kvs.last() {
+            Some(last) if more => {
+                from = last.key().to_vec();
+                from.push(0);
+            }
+            _ => break,
+        }
+    }
+    let elapsed = started.elapsed();
+    anyhow::ensure!(
+        count == expected as usize,
+        "raw read saw {count} keys, expected {expected}"
+    );
+    Ok(elapsed)
+}
+
+async fn store_list(
+    backend: &EtcdBackend,
+    prefix: &str,
+    page_size: i64,
+    expected: u32,
+) -> anyhow::Result<Duration> {
+    let mut options = WatchStoreOptions::new("bench");
+    options.page_size = page_size;
+    let mut store = WatchStore::new(IpCacheDecoder::new(Some(1)), Discard, options);
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    let started = Instant::now();
+    store.on_sync(move || {
+        let _ = done_tx.send(started.elapsed());
+    });
+    let status = store.status();
+    let cancel = CancellationToken::new();
+    let token = cancel.clone();
+    let backend = backend.clone();
+    let prefix = prefix.to_owned();
+    let task = tokio::spawn(async move { store.watch(&backend, &prefix, &token).await });
+    let elapsed = tokio::time::timeout(Duration::from_secs(300), done_rx).await??;
+    cancel.cancel();
+    task.await?;
+    anyhow::ensure!(
+        status.entries() == u64::from(expected) && status.decode_errors() == 0,
+        "the store holds {} entries with {} rejected, expected {expected}",
+        status.entries(),
+        status.decode_errors()
+    );
+    Ok(elapsed)
+}
+
+fn median(values: &mut [Duration]) -> Duration {
+    values.sort_unstable();
+    values[values.len() / 2]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn rate(entries: u32, d: Duration) -> f64 {
+    f64::from(entries) / d.as_secs_f64()
+}

@@ -1,0 +1,156 @@
+//! Cilium-format state for a lab cluster, written with Go's field names exactly.
+
+use meshwork_agent_core::kvstore::{EtcdBackend, KvstoreError, keys};
+use serde_json::json;
+
+/// How much state a fixture cluster holds.
+#[derive(Debug, Clone, Copy)]
+pub struct Sizes {
+    /// Nodes.
+    pub nodes: u32,
+    /// Global services.
+    pub services: u32,
+    /// Security identities.
+    pub identities: u32,
+    /// ipcache entries.
+    pub ipcache: u32,
+}
+
+/// One cluster's name, ID and sizes.
+#[derive(Debug, Clone)]
+pub struct Cluster {
+    /// Cluster name.
+    pub name: String,
+    /// Cluster ID (1..=255).
+    pub id: u32,
+    /// How much state.
+    pub sizes: Sizes,
+}
+
+impl Cluster {
+    fn identity(&self, i: u32) -> u32 {
+        (self.id << 16) + 256 + i
+    }
+
+    fn node_name(&self, i: u32) -> String {
+        format!("{}-node-{i}", self.name)
+    }
+
+    /// Every key/value of the cluster's state, in Cilium's layout.
+    pub fn state(&self) -> Vec<(String, Vec<u8>)> {
+        let s = self.sizes;
+        let mut pairs = Vec::new();
+        pairs.extend((0..s.nodes).map(|i| self.node(i)));
+        pairs.extend((0..s.services).map(|i| self.service(i)));
+        pairs.extend((0..s.identities).map(|i| self.identity_pair(i)));
+        pairs.extend((0..s.ipcache).map(|i| self.ipcache(i)));
+        pairs
+    }
+
+    /// The cluster config (`cilium/cluster-config/<name>`) announcing sync canaries.
+    pub fn config(&self) -> (String, Vec<u8>) {
+        let value = json!({"id": self.id, "capabilities": {"syncedCanaries": true, "maxConnectedClusters": 255}});
+        (
+            format!("{}/{}", keys::CLUSTER_CONFIG_PREFIX, self.name),
+            value.to_string().into_bytes(),
+        )
+    }
+
+    /// The four sync canaries, written once the state is complete.
+    pub fn canaries(&self) -> Vec<(String, Vec<u8>)> {
+        [
+            keys::NODES_PREFIX,
+            keys::SERVICES_PREFIX,
+            keys::IDENTITIES_PREFIX,
+            keys::IPCACHE_PREFIX,
+        ]
+        .iter()
+        .map(|prefix| {
+            (
+                keys::canary_key(&self.name, prefix),
+                b"2026-11-29T00:00:00Z".to_vec(),
+            )
+        })
+        .collect()
+    }
+
+    fn node(&self, i: u32) -> (String, Vec<u8>) {
+        let name = self.node_name(i);
+        let value = json!({
+            "Name": name, "Cluster": self.name,
+            "IPAddresses": [
+                {"Type": "InternalIP", "IP": format!("10.{}.{}.{}", 100 + self.id, i >> 8, i & 0xff)},
+                {"Type": "CiliumInternalIP", "IP": format!("10.{}.{}.1", 200 + self.id, i & 0xff)},
+            ],
+            "IPv4AllocCIDR": {"IP": format!("10.{}.{}.0", 200 + self.id, i & 0xff), "Mask": "////AA=="},
+            "IPv6AllocCIDR": null, "IPv4HealthIP": "", "IPv6HealthIP": "",
+            "IPv4IngressIP": "", "IPv6IngressIP": "",
+            "ClusterID": self.id, "Source": "custom-resource", "EncryptionKey": 0,
+            "Labels": {"kubernetes.io/hostname": name}, "Annotations": null,
+            "NodeIdentity": 0, "WireguardPubKey": "",
+        });
+        (
+            format!("{}/{}/{name}", keys::NODES_PREFIX, self.name),
+            value.to_string().into_bytes(),
+        )
+    }
+
+    fn service(&self, i: u32) -> (String, Vec<u8>) {
+        let name = format!("svc-{i}");
+        let port = json!({"http": {"Protocol": "TCP", "Port": 8080}});
+        let value = json!({
+            "cluster": self.name, "namespace": "default", "name": name,
+            "frontends": {format!("172.20.{}.{}", i >> 8, i & 0xff): {"http": {"Protocol": "TCP", "Port": 80}}},
+            "backends": {format!("10.{}.{}.{}", 200 + self.id, i & 0xff, 10): port},
+            "labels": {}, "selector": {"app": name}, "includeExternal": true, "shared": true,
+            "clusterID": self.id,
+        });
+        (
+            format!("{}/{}/default/{name}", keys::SERVICES_PREFIX, self.name),
+            value.to_string().into_bytes(),
+        )
+    }
+
+    fn identity_pair(&self, i: u32) -> (String, Vec<u8>) {
+        let labels = format!(
+            "k8s:app=app-{i};k8s:io.cilium.k8s.policy.cluster={};k8s:io.kubernetes.pod.namespace=default;",
+            self.name
+        );
+        (
+            format!("{}/{}", keys::IDENTITY_ID_PREFIX, self.identity(i)),
+            labels.into_bytes(),
+        )
+    }
+
+    fn ipcache(&self, i: u32) -> (String, Vec<u8>) {
+        let ip = format!("10.{}.{}.{}", 200 + self.id, (i >> 8) & 0xff, i & 0xff);
+        let ip = if i >> 16 == 0 {
+            ip
+        } else {
+            format!("10.{}.{}.{}", 150 + (i >> 16), (i >> 8) & 0xff, i & 0xff)
+        };
+        let node = (i >> 8) % self.sizes.nodes.max(1);
+        let value = json!({
+            "IP": ip, "Mask": null,
+            "HostIP": format!("10.{}.{}.{}", 100 + self.id, node >> 8, node & 0xff),
+            "ID": self.identity(i % self.sizes.identities.max(1)), "Key": 0,
+            "Metadata": format!("cilium-global:default:{}:{i}", self.node_name(node)),
+            "K8sNamespace": "default", "K8sPodName": format!("pod-{i}"),
+        });
+        (
+            format!("{}/{ip}", keys::IPCACHE_DEFAULT_PREFIX),
+            value.to_string().into_bytes(),
+        )
+    }
+}
+
+/// Writes the cluster config, the state and then the canaries.
+pub async fn load(backend: &EtcdBackend, cluster: &Cluster) -> Result<usize, KvstoreError> {
+    let (key, value) = cluster.config();
+    backend.put(&key, value).await?;
+    let state = cluster.state();
+    let count = state.len();
+    backend.put_many(state, 1000).await?;
+    backend.put_many(cluster.canaries(), 1000).await?;
+    Ok(count)
+}

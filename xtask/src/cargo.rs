@@ -1,0 +1,81 @@
+//! Running cargo for the test suite and the scenario binary.
+
+use std::process::Command;
+
+use anyhow::{Context, bail};
+
+use crate::setup;
+
+/// The package that holds the demo and the benchmarks.
+const SCENARIOS: &str = "meshwork-scenarios";
+
+fn cargo() -> Command {
+    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+}
+
+fn run(step: &str, command: &mut Command) -> anyhow::Result<()> {
+    eprintln!("==> {step}");
+    let status = command
+        .status()
+        .with_context(|| format!("starting {step}"))?;
+    if !status.success() {
+        bail!("{step} failed ({status})");
+    }
+    Ok(())
+}
+
+/// The README's test command: setup, formatting, lints, then every test.
+pub fn test_suite(runner_args: &[String]) -> anyhow::Result<()> {
+    setup::run()?;
+    run(
+        "cargo fmt --check",
+        cargo().args(["fmt", "--all", "--", "--check"]),
+    )?;
+    run(
+        "cargo clippy --all-targets -- -D warnings",
+        cargo().args([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]),
+    )?;
+    if has_nextest() {
+        run(
+            "cargo nextest run --workspace",
+            cargo()
+                .args(["nextest", "run", "--workspace", "--no-fail-fast"])
+                .args(runner_args),
+        )
+    } else {
+        run(
+            "cargo test --workspace",
+            cargo()
+                .args(["test", "--workspace", "--no-fail-fast", "--"])
+                .args(runner_args),
+        )
+    }
+}
+
+fn has_nextest() -> bool {
+    cargo()
+        .args(["nextest", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Builds and runs the scenario binary with `args` (`release` for benchmarks).
+pub fn run_scenario(release: bool, args: &[&str]) -> anyhow::Result<()> {
+    let mut command = cargo();
+    command.args(["run", "--quiet", "--package", SCENARIOS]);
+    if release {
+        command.arg("--release");
+    }
+    command.arg("--").args(args);
+    run(
+        &format!("meshwork-scenarios {}", args.join(" ")),
+        &mut command,
+    )
+}

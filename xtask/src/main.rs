@@ -1,0 +1,69 @@
+//! `cargo xtask`: everything Meshwork's developers run.
+//!
+//! - `setup`: install what is missing (Debian packages, the Python venv with moto).
+//! - `test`: the project's full check — setup, `cargo fmt --check`, clippy with
+//!   `-D warnings`, and every test against real components. CI runs exactly this.
+//! - `demo`: the main job on a fresh machine — setup, then the demo scenario.
+//! - `bench <name>`: a benchmark, measured against the physical floor in the same run.
+
+mod cargo;
+mod setup;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// Meshwork's task runner.
+#[derive(Parser)]
+#[command(name = "cargo xtask", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Install what Meshwork needs on a Debian machine (idempotent; installing needs root).
+    Setup,
+    /// Run setup, `cargo fmt --check`, clippy (-D warnings) and every test; fail if any fails.
+    Test {
+        /// Extra arguments for the test runner (e.g. a test name filter).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        runner_args: Vec<String>,
+    },
+    /// Run setup, then the demo: real etcd clusters in Cilium's layout, synced by watch stores.
+    Demo,
+    /// Run setup, then a benchmark (release build) against its floor in the same run.
+    Bench {
+        /// Which benchmark.
+        name: Bench,
+        /// Arguments passed on to the benchmark (see `--help` after `--`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
+
+/// The benchmarks.
+#[derive(Clone, Copy, ValueEnum)]
+enum Bench {
+    /// 100k ipcache entries listed and decoded by the watch store vs a raw paginated read.
+    Kvstore,
+}
+
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Command::Setup => setup::run(),
+        Command::Test { runner_args } => cargo::test_suite(&runner_args),
+        Command::Demo => {
+            setup::run()?;
+            cargo::run_scenario(false, &["demo"])
+        }
+        Command::Bench { name, args } => {
+            setup::run()?;
+            let name = match name {
+                Bench::Kvstore => "kvstore",
+            };
+            let mut scenario = vec!["bench", name];
+            scenario.extend(args.iter().map(String::as_str));
+            cargo::run_scenario(true, &scenario)
+        }
+    }
+}
