@@ -1,9 +1,11 @@
 //! Meshwork agent logic.
 //!
+//! - [`clustermesh`]: remote clusters, the sync barrier, the remote state they feed.
 //! - [`kvstore`]: the etcd backend, the restartable watch store and the canary-gated watch
 //!   store manager — Cilium's `pkg/kvstore/store` semantics.
 //! - [`types`]: Cilium's kvstore objects (node, service, identity, ipcache pair, cluster
 //!   config), read the way Go reads JSON and written with Go's field names.
 
+pub mod clustermesh;
 pub mod kvstore;
 pub mod types;

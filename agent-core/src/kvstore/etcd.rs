@@ -215,10 +215,11 @@ impl EtcdBackend {
         Ok(())
     }
 
-    /// The current revision of the cluster.
-    pub async fn revision(&self) -> Result<i64, KvstoreError> {
+    /// The current revision of the cluster, read through `key` (any key the user may read:
+    /// a read-only remote user may only read its own prefix).
+    pub async fn revision(&self, key: &str) -> Result<i64, KvstoreError> {
         let options = GetOptions::new().with_count_only();
-        let response = with_deadline("revision", self.kv().get("\0", Some(options))).await?;
+        let response = with_deadline("revision", self.kv().get(key, Some(options))).await?;
         Ok(response.header().map_or(0, |h| h.revision()))
     }
 

@@ -160,3 +160,21 @@ pub fn assert_drained(rx: &mut mpsc::UnboundedReceiver<Seen>) {
         panic!("unexpected extra event {extra:?}");
     }
 }
+
+pub mod mesh;
+
+/// Waits until the async `check` holds; fails after the deadline.
+pub async fn eventually_async<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + EVENT_TIMEOUT;
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

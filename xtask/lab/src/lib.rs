@@ -10,6 +10,7 @@
 //! installed before any namespace address exists.
 
 pub mod bpffs;
+pub mod cilium;
 pub mod error;
 pub mod etcd;
 pub mod moto;

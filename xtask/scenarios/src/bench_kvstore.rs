@@ -11,9 +11,9 @@ use meshwork_agent_core::types::IpCacheDecoder;
 use meshwork_lab::etcd::{EtcdOptions, EtcdServer};
 use tokio_util::sync::CancellationToken;
 
-use crate::fixtures::{Cluster, Sizes};
 use crate::mesh_stores::Discard;
 use crate::rss;
+use meshwork_lab::cilium::{Cluster, Sizes};
 
 const GOAL: f64 = 1.30;
 

@@ -9,7 +9,9 @@ use meshwork_agent_core::kvstore::{EtcdBackend, EtcdConfig};
 use meshwork_lab::etcd::{EtcdOptions, EtcdServer};
 use tokio_util::sync::CancellationToken;
 
-use crate::fixtures::{self, Cluster, Sizes};
+use meshwork_lab::cilium::{Cluster, Sizes};
+
+use crate::load;
 use crate::mesh_stores::ClusterStores;
 
 /// Options of the demo.
@@ -78,7 +80,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     println!();
     for (cluster, backend) in clusters.iter().zip(&backends) {
         let started = Instant::now();
-        let keys = fixtures::load(backend, cluster).await?;
+        let keys = load::load(backend, cluster).await?;
         println!(
             "  {:<10} loaded {keys} keys ({} nodes, {} services, {} identities, {} ipcache) and its sync canaries in {} ms",
             cluster.name,

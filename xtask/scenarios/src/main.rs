@@ -5,7 +5,7 @@
 
 mod bench_kvstore;
 mod demo;
-mod fixtures;
+mod load;
 mod mesh_stores;
 mod rss;
 

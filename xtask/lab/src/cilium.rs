@@ -1,7 +1,13 @@
-//! Cilium-format state for a lab cluster, written with Go's field names exactly.
+//! Cilium-format state for lab clusters: keys in Cilium's kvstore layout and values with
+//! Go's field names exactly, as a Cilium cluster (or Meshwork's apiserver) writes them. Pure
+//! data: callers write it with their own etcd client.
 
-use meshwork_agent_core::kvstore::{EtcdBackend, KvstoreError, keys};
 use serde_json::json;
+
+const NODES: &str = "cilium/state/nodes/v1";
+const SERVICES: &str = "cilium/state/services/v1";
+const IDENTITIES: &str = "cilium/state/identities/v1";
+const IPCACHE: &str = "cilium/state/ip/v1";
 
 /// How much state a fixture cluster holds.
 #[derive(Debug, Clone, Copy)]
@@ -28,11 +34,13 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    fn identity(&self, i: u32) -> u32 {
+    /// One entry of the fixture (see the type docs).
+    pub fn identity(&self, i: u32) -> u32 {
         (self.id << 16) + 256 + i
     }
 
-    fn node_name(&self, i: u32) -> String {
+    /// One entry of the fixture (see the type docs).
+    pub fn node_name(&self, i: u32) -> String {
         format!("{}-node-{i}", self.name)
     }
 
@@ -51,30 +59,29 @@ impl Cluster {
     pub fn config(&self) -> (String, Vec<u8>) {
         let value = json!({"id": self.id, "capabilities": {"syncedCanaries": true, "maxConnectedClusters": 255}});
         (
-            format!("{}/{}", keys::CLUSTER_CONFIG_PREFIX, self.name),
+            format!("cilium/cluster-config/{}", self.name),
             value.to_string().into_bytes(),
         )
     }
 
     /// The four sync canaries, written once the state is complete.
     pub fn canaries(&self) -> Vec<(String, Vec<u8>)> {
-        [
-            keys::NODES_PREFIX,
-            keys::SERVICES_PREFIX,
-            keys::IDENTITIES_PREFIX,
-            keys::IPCACHE_PREFIX,
-        ]
-        .iter()
-        .map(|prefix| {
-            (
-                keys::canary_key(&self.name, prefix),
-                b"2026-11-29T00:00:00Z".to_vec(),
-            )
-        })
-        .collect()
+        [NODES, SERVICES, IDENTITIES, IPCACHE]
+            .iter()
+            .map(|prefix| self.canary(prefix))
+            .collect()
     }
 
-    fn node(&self, i: u32) -> (String, Vec<u8>) {
+    /// The sync canary of one prefix (e.g. `cilium/state/nodes/v1`).
+    pub fn canary(&self, prefix: &str) -> (String, Vec<u8>) {
+        (
+            format!("cilium/synced/{}/{prefix}", self.name),
+            b"2026-11-29T00:00:00Z".to_vec(),
+        )
+    }
+
+    /// One entry of the fixture (see the type docs).
+    pub fn node(&self, i: u32) -> (String, Vec<u8>) {
         let name = self.node_name(i);
         let value = json!({
             "Name": name, "Cluster": self.name,
@@ -90,12 +97,13 @@ impl Cluster {
             "NodeIdentity": 0, "WireguardPubKey": "",
         });
         (
-            format!("{}/{}/{name}", keys::NODES_PREFIX, self.name),
+            format!("{NODES}/{}/{name}", self.name),
             value.to_string().into_bytes(),
         )
     }
 
-    fn service(&self, i: u32) -> (String, Vec<u8>) {
+    /// One entry of the fixture (see the type docs).
+    pub fn service(&self, i: u32) -> (String, Vec<u8>) {
         let name = format!("svc-{i}");
         let port = json!({"http": {"Protocol": "TCP", "Port": 8080}});
         let value = json!({
@@ -106,23 +114,25 @@ impl Cluster {
             "clusterID": self.id,
         });
         (
-            format!("{}/{}/default/{name}", keys::SERVICES_PREFIX, self.name),
+            format!("{SERVICES}/{}/default/{name}", self.name),
             value.to_string().into_bytes(),
         )
     }
 
-    fn identity_pair(&self, i: u32) -> (String, Vec<u8>) {
+    /// One entry of the fixture (see the type docs).
+    pub fn identity_pair(&self, i: u32) -> (String, Vec<u8>) {
         let labels = format!(
             "k8s:app=app-{i};k8s:io.cilium.k8s.policy.cluster={};k8s:io.kubernetes.pod.namespace=default;",
             self.name
         );
         (
-            format!("{}/{}", keys::IDENTITY_ID_PREFIX, self.identity(i)),
+            format!("{IDENTITIES}/id/{}", self.identity(i)),
             labels.into_bytes(),
         )
     }
 
-    fn ipcache(&self, i: u32) -> (String, Vec<u8>) {
+    /// One entry of the fixture (see the type docs).
+    pub fn ipcache(&self, i: u32) -> (String, Vec<u8>) {
         let ip = format!("10.{}.{}.{}", 200 + self.id, (i >> 8) & 0xff, i & 0xff);
         let ip = if i >> 16 == 0 {
             ip
@@ -138,19 +148,8 @@ impl Cluster {
             "K8sNamespace": "default", "K8sPodName": format!("pod-{i}"),
         });
         (
-            format!("{}/{ip}", keys::IPCACHE_DEFAULT_PREFIX),
+            format!("{IPCACHE}/default/{ip}"),
             value.to_string().into_bytes(),
         )
     }
-}
-
-/// Writes the cluster config, the state and then the canaries.
-pub async fn load(backend: &EtcdBackend, cluster: &Cluster) -> Result<usize, KvstoreError> {
-    let (key, value) = cluster.config();
-    backend.put(&key, value).await?;
-    let state = cluster.state();
-    let count = state.len();
-    backend.put_many(state, 1000).await?;
-    backend.put_many(cluster.canaries(), 1000).await?;
-    Ok(count)
 }

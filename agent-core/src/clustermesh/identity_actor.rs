@@ -1,0 +1,65 @@
+//! The actor shell of [`RemoteIdentities`]: applies identity events of every connection.
+
+use actix::{Actor, Context, Handler, Message, MessageResult};
+
+use super::events::{Change, IdentityEvent};
+use super::identity_cache::{IdentityChange, RemoteIdentities};
+
+/// Holds the remote identity caches.
+#[derive(Default)]
+pub struct IdentityCacheActor {
+    identities: RemoteIdentities,
+    changes: u64,
+}
+
+impl Actor for IdentityCacheActor {
+    type Context = Context<Self>;
+}
+
+impl Handler<IdentityEvent> for IdentityCacheActor {
+    type Result = ();
+
+    fn handle(&mut self, event: IdentityEvent, _: &mut Context<Self>) {
+        let ids = &mut self.identities;
+        let changes: Vec<IdentityChange> = match event {
+            IdentityEvent::Start {
+                cluster,
+                generation,
+            } => ids.start(&cluster, generation),
+            IdentityEvent::Change {
+                cluster,
+                generation,
+                change: Change::Upsert(identity),
+            } => ids.upsert(&cluster, generation, identity.id, identity.labels.clone()),
+            IdentityEvent::Change {
+                cluster,
+                generation,
+                change: Change::Delete(identity),
+            } => ids.delete(&cluster, generation, identity.id),
+            IdentityEvent::ListDone {
+                cluster,
+                generation,
+            } => ids.list_done(&cluster, generation),
+            IdentityEvent::Stop {
+                cluster,
+                generation,
+            } => ids.stop(&cluster, generation),
+            IdentityEvent::RemoveCluster { cluster } => ids.remove_cluster(&cluster),
+        };
+        // Policy consumes these once it exists; count them meanwhile.
+        self.changes += changes.len() as u64;
+    }
+}
+
+/// Asks how many identities a cluster has registered.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "usize")]
+pub struct GetRegisteredIdentities(pub String);
+
+impl Handler<GetRegisteredIdentities> for IdentityCacheActor {
+    type Result = MessageResult<GetRegisteredIdentities>;
+
+    fn handle(&mut self, msg: GetRegisteredIdentities, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.identities.registered_len(&msg.0))
+    }
+}

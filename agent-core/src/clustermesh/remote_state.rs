@@ -1,0 +1,173 @@
+//! The remote state the agent holds: nodes, global services and ipcache entries of every
+//! remote cluster, as the stores deliver them. It acknowledges service events once applied,
+//! which completes the barrier's services latch (until the datapath programs them itself).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use actix::{Actor, Context, Handler, Message, MessageResult, Recipient};
+use tokio::sync::mpsc;
+
+use super::barrier_actor::BarrierUpdate;
+use super::events::{Change, RemoteEvent};
+use crate::types::{ClusterService, IpIdentityPair, Node};
+
+/// Counts of what one cluster contributed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Contribution {
+    /// Nodes.
+    pub nodes: usize,
+    /// Global services.
+    pub services: usize,
+    /// ipcache entries.
+    pub ipcache: usize,
+}
+
+/// The merged remote state. A plain state machine.
+#[derive(Default)]
+pub struct RemoteState {
+    nodes: HashMap<(Arc<str>, String), Arc<Node>>,
+    services: HashMap<(Arc<str>, String), Arc<ClusterService>>,
+    ipcache: HashMap<(Arc<str>, Arc<str>), Arc<IpIdentityPair>>,
+}
+
+impl RemoteState {
+    /// Applies one event.
+    pub fn apply(&mut self, event: &RemoteEvent) {
+        match event {
+            RemoteEvent::Node { cluster, change } => {
+                apply(
+                    &mut self.nodes,
+                    (Arc::clone(cluster), node_key(change)),
+                    change,
+                );
+            }
+            RemoteEvent::Service {
+                cluster, change, ..
+            } => {
+                apply(
+                    &mut self.services,
+                    (Arc::clone(cluster), service_key(change)),
+                    change,
+                );
+            }
+            RemoteEvent::IpCache {
+                cluster,
+                key,
+                change,
+            } => apply(
+                &mut self.ipcache,
+                (Arc::clone(cluster), Arc::clone(key)),
+                change,
+            ),
+        }
+    }
+
+    /// What `cluster` contributes now.
+    pub fn contribution(&self, cluster: &str) -> Contribution {
+        Contribution {
+            nodes: self.nodes.keys().filter(|(c, _)| &**c == cluster).count(),
+            services: self
+                .services
+                .keys()
+                .filter(|(c, _)| &**c == cluster)
+                .count(),
+            ipcache: self.ipcache.keys().filter(|(c, _)| &**c == cluster).count(),
+        }
+    }
+
+    /// The ipcache entry `key` of `cluster`.
+    pub fn ipcache_entry(&self, cluster: &str, key: &str) -> Option<&Arc<IpIdentityPair>> {
+        self.ipcache.get(&(Arc::from(cluster), Arc::from(key)))
+    }
+}
+
+fn node_key(change: &Change<Node>) -> String {
+    match change {
+        Change::Upsert(n) | Change::Delete(n) => n.name.clone(),
+    }
+}
+
+fn service_key(change: &Change<ClusterService>) -> String {
+    match change {
+        Change::Upsert(s) | Change::Delete(s) => format!("{}/{}", s.namespace, s.name),
+    }
+}
+
+fn apply<K: std::hash::Hash + Eq, V>(map: &mut HashMap<K, Arc<V>>, key: K, change: &Change<V>) {
+    match change {
+        Change::Upsert(value) => {
+            map.insert(key, Arc::clone(value));
+        }
+        Change::Delete(_) => {
+            map.remove(&key);
+        }
+    }
+}
+
+/// The actor shell of [`RemoteState`].
+pub struct RemoteStateActor {
+    state: RemoteState,
+    barrier: Recipient<BarrierUpdate>,
+    ipcache_tap: Option<mpsc::UnboundedSender<Arc<str>>>,
+}
+
+impl RemoteStateActor {
+    /// A consumer that acknowledges services to `barrier`.
+    pub fn new(barrier: Recipient<BarrierUpdate>) -> Self {
+        Self {
+            state: RemoteState::default(),
+            barrier,
+            ipcache_tap: None,
+        }
+    }
+
+    /// Also reports every applied ipcache key on `tap` (benchmarks measure propagation).
+    pub fn with_ipcache_tap(mut self, tap: mpsc::UnboundedSender<Arc<str>>) -> Self {
+        self.ipcache_tap = Some(tap);
+        self
+    }
+}
+
+impl Actor for RemoteStateActor {
+    type Context = Context<Self>;
+}
+
+impl Handler<RemoteEvent> for RemoteStateActor {
+    type Result = ();
+
+    fn handle(&mut self, event: RemoteEvent, _: &mut Context<Self>) {
+        self.state.apply(&event);
+        match &event {
+            RemoteEvent::Service { cluster, seq, .. } => {
+                self.barrier.do_send(BarrierUpdate::ServicesProgrammed {
+                    cluster: cluster.to_string(),
+                    seq: *seq,
+                });
+            }
+            RemoteEvent::IpCache { key, .. } => {
+                if let Some(tap) = &self.ipcache_tap {
+                    let _ = tap.send(Arc::clone(key));
+                }
+            }
+            RemoteEvent::Node { .. } => {}
+        }
+    }
+}
+
+/// Asks what a cluster contributes.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "Contribution")]
+pub struct GetContribution(pub String);
+
+impl Handler<GetContribution> for RemoteStateActor {
+    type Result = MessageResult<GetContribution>;
+
+    fn handle(
+        &mut self,
+        GetContribution(cluster): GetContribution,
+        _: &mut Context<Self>,
+    ) -> Self::Result {
+        MessageResult(self.state.contribution(&cluster))
+    }
+}

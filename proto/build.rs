@@ -1,0 +1,18 @@
+//! Generates the gRPC code from `meshwork/**/*.proto` with protox (a Rust protobuf compiler),
+//! so building the workspace never needs a system `protoc`.
+
+use std::error::Error;
+
+/// The API's files, relative to this crate's root (which is also the include path).
+const PROTOS: &[&str] = &["meshwork/agent/v1/agent.proto"];
+
+fn main() -> Result<(), Box<dyn Error>> {
+    // prost-build only emits rerun hints when it runs protoc itself; here it doesn't.
+    println!("cargo:rerun-if-changed=meshwork");
+    let fds = protox::compile(PROTOS, ["."])?;
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .compile_fds(fds)?;
+    Ok(())
+}

@@ -1,0 +1,28 @@
+//! Meshwork's gRPC API, generated at build time from `proto/meshwork/**/*.proto` (protox +
+//! tonic-prost-build, no system `protoc`).
+//!
+//! - [`agent::v1`]: the agent's local API (`meshwork.agent.v1.Agent`), served on a unix
+//!   socket for `meshctl`: [`agent::v1::agent_client::AgentClient`] and
+//!   [`agent::v1::agent_server::AgentServer`].
+//! - [`connect_unix`]: a tonic [`Channel`](tonic::transport::Channel) to a unix socket.
+
+mod unix;
+
+pub use unix::{ConnectError, connect_unix, connect_unix_with};
+
+/// The agent's API, package `meshwork.agent.v1`.
+pub mod agent {
+    /// Version 1 of the agent's local API.
+    pub mod v1 {
+        // Generated code: messages without proto comments have no docs, and prost's output
+        // is not written to this workspace's lint set.
+        #![allow(
+            missing_docs,
+            unused_qualifications,
+            rust_2018_idioms,
+            clippy::all,
+            clippy::pedantic
+        )]
+        tonic::include_proto!("meshwork.agent.v1");
+    }
+}

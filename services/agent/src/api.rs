@@ -1,0 +1,122 @@
+//! The local API (`meshwork.agent.v1.Agent`) on the agent's unix socket.
+
+use std::time::Duration;
+
+use actix::Addr;
+use meshwork_agent_core::clustermesh::barrier_actor::{GetMeshWait, SyncBarrierActor};
+use meshwork_agent_core::clustermesh::mesh::{ClusterMesh, GetMeshStatus};
+use meshwork_agent_core::clustermesh::status::ClusterStatus;
+use meshwork_agent_core::clustermesh::{SyncKind, WaitError, WaitOutcome};
+use meshwork_proto::agent::v1 as pb;
+use tonic::{Request, Response, Status};
+
+/// Serves the API from the mesh and the barrier actors.
+pub struct LocalApi {
+    /// The cluster mesh.
+    pub mesh: Addr<ClusterMesh>,
+    /// The sync barrier.
+    pub barrier: Addr<SyncBarrierActor>,
+}
+
+#[tonic::async_trait]
+impl pb::agent_server::Agent for LocalApi {
+    async fn status(
+        &self,
+        _: Request<pb::StatusRequest>,
+    ) -> Result<Response<pb::StatusResponse>, Status> {
+        let statuses = self
+            .mesh
+            .send(GetMeshStatus)
+            .await
+            .map_err(|_| Status::unavailable("the agent is shutting down"))?;
+        Ok(Response::new(pb::StatusResponse {
+            clustermesh: Some(mesh_status(&statuses)),
+        }))
+    }
+
+    async fn wait_synced(
+        &self,
+        request: Request<pb::WaitSyncedRequest>,
+    ) -> Result<Response<pb::WaitSyncedResponse>, Status> {
+        let request = request.into_inner();
+        let started = tokio::time::Instant::now();
+        let deadline =
+            (request.timeout_ms > 0).then(|| started + Duration::from_millis(request.timeout_ms));
+        let mut kinds = Vec::new();
+        for kind in &request.kinds {
+            kinds.push(match pb::SyncKind::try_from(*kind) {
+                Ok(pb::SyncKind::Nodes) => SyncKind::Nodes,
+                Ok(pb::SyncKind::Services) => SyncKind::Services,
+                Ok(pb::SyncKind::IpIdentities) => SyncKind::IpIdentities,
+                _ => {
+                    return Err(Status::invalid_argument(format!(
+                        "unknown sync kind {kind}"
+                    )));
+                }
+            });
+        }
+        if kinds.is_empty() {
+            kinds = vec![SyncKind::Nodes, SyncKind::Services, SyncKind::IpIdentities];
+        }
+        let mut breaker_fired = false;
+        for kind in kinds {
+            let wait = self
+                .barrier
+                .send(GetMeshWait(kind))
+                .await
+                .map_err(|_| Status::unavailable("the agent is shutting down"))?;
+            match wait.wait(deadline).await {
+                Ok(WaitOutcome::Synced) => {}
+                Ok(WaitOutcome::BreakerFired { .. }) => breaker_fired = true,
+                Err(err @ WaitError::CallerDeadline { .. }) => {
+                    return Err(Status::deadline_exceeded(err.to_string()));
+                }
+                Err(err) => return Err(Status::internal(err.to_string())),
+            }
+        }
+        Ok(Response::new(pb::WaitSyncedResponse {
+            breaker_fired,
+            waited_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        }))
+    }
+}
+
+fn mesh_status(statuses: &[ClusterStatus]) -> pb::ClusterMeshStatus {
+    let clusters: Vec<pb::RemoteClusterStatus> = statuses.iter().map(cluster_status).collect();
+    pb::ClusterMeshStatus {
+        ready: u32::try_from(clusters.iter().filter(|c| c.ready).count()).unwrap_or(u32::MAX),
+        total: u32::try_from(clusters.len()).unwrap_or(u32::MAX),
+        clusters,
+    }
+}
+
+fn cluster_status(s: &ClusterStatus) -> pb::RemoteClusterStatus {
+    pb::RemoteClusterStatus {
+        name: s.name.clone(),
+        ready: s.ready(),
+        connected: s.connected,
+        cluster_id: s.cluster_id,
+        config: Some(pb::ConfigStatus {
+            required: s.config_required,
+            retrieved: s.config_retrieved,
+        }),
+        synced: Some(pb::SyncStatus {
+            nodes: s.synced.nodes,
+            services: s.synced.services,
+            identities: s.synced.identities,
+            endpoints: s.synced.endpoints,
+        }),
+        entries: Some(pb::EntryCounts {
+            nodes: s.entries.nodes,
+            services: s.entries.services,
+            identities: s.entries.identities,
+            endpoints: s.entries.endpoints,
+        }),
+        failures: s.failures,
+        last_failure: s
+            .last_failure
+            .map(|t| humantime::format_rfc3339_seconds(t).to_string()),
+        last_error: s.last_error.clone(),
+        endpoints: s.endpoints.clone(),
+    }
+}

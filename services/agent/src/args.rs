@@ -1,0 +1,87 @@
+//! The agent's flags; names and defaults follow Cilium's where Cilium has them.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+/// The Meshwork agent: watches every remote cluster's etcd (nodes, services, identities,
+/// IP→identity) and serves its status on a local unix socket for `meshctl`.
+#[derive(Debug, Parser)]
+#[command(name = "meshwork-agent", version, about, long_about = None)]
+pub struct Args {
+    /// Name of the local cluster (remote config files named like it are ignored).
+    #[arg(long, default_value = "default", env = "MESHWORK_CLUSTER_NAME")]
+    pub cluster_name: String,
+
+    /// ID of the local cluster, unique in the mesh (0: not part of a mesh).
+    #[arg(long, default_value_t = 0)]
+    pub cluster_id: u32,
+
+    /// Directory with one etcd config file per remote cluster (file name = cluster name;
+    /// fields `endpoints`, `trusted-ca-file`, `cert-file`, `key-file`). Watched for changes.
+    #[arg(long, value_name = "DIR")]
+    pub clustermesh_config: Option<PathBuf>,
+
+    /// Maximum number of clusters in the mesh: 255 or 511.
+    #[arg(long, default_value_t = 255)]
+    pub max_connected_clusters: u32,
+
+    /// How long waits for remote clusters to sync may take before the agent proceeds anyway
+    /// (the circuit breaker), e.g. `1m`, `30s`.
+    #[arg(long, default_value = "1m", value_parser = humantime::parse_duration)]
+    pub clustermesh_sync_timeout: Duration,
+
+    /// Where the agent keeps its state.
+    #[arg(long, default_value = "/var/run/meshwork")]
+    pub state_dir: PathBuf,
+
+    /// Unix socket of the local API (default: `<state-dir>/agent.sock`).
+    #[arg(long, value_name = "PATH")]
+    pub api_socket: Option<PathBuf>,
+
+    /// Address of the Prometheus metrics endpoint (`/metrics`); empty disables it.
+    #[arg(long, default_value = "127.0.0.1:9962", value_name = "ADDR")]
+    pub prometheus_serve_addr: String,
+}
+
+impl Args {
+    /// The API socket path, defaulted under the state dir.
+    pub fn api_socket(&self) -> PathBuf {
+        self.api_socket
+            .clone()
+            .unwrap_or_else(|| self.state_dir.join("agent.sock"))
+    }
+
+    /// The metrics address, `None` when disabled.
+    pub fn metrics_addr(&self) -> anyhow::Result<Option<SocketAddr>> {
+        if self.prometheus_serve_addr.is_empty() {
+            return Ok(None);
+        }
+        let addr = self.prometheus_serve_addr.parse().map_err(|e| {
+            anyhow::anyhow!(
+                "--prometheus-serve-addr {:?}: {e}",
+                self.prometheus_serve_addr
+            )
+        })?;
+        Ok(Some(addr))
+    }
+
+    /// Refuses flag values the agent cannot run with.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        meshwork_agent_core::types::validate_max_connected_clusters(self.max_connected_clusters)
+            .map_err(|e| anyhow::anyhow!("--max-connected-clusters: {e}"))?;
+        meshwork_agent_core::types::validate_cluster_name(&self.cluster_name)
+            .map_err(|e| anyhow::anyhow!("--cluster-name: {e}"))?;
+        if self.cluster_id != 0 {
+            meshwork_agent_core::types::validate_cluster_id(
+                self.cluster_id,
+                self.max_connected_clusters,
+            )
+            .map_err(|e| anyhow::anyhow!("--cluster-id: {e}"))?;
+        }
+        self.metrics_addr()?;
+        Ok(())
+    }
+}

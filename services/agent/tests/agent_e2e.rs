@@ -1,0 +1,222 @@
+//! End to end with the real binaries: `meshwork-agent` against real etcd servers (one per
+//! remote cluster), read by `meshctl status --json`, metrics checked by `promtool`.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use meshwork_agent_core::kvstore::{EtcdBackend, EtcdConfig};
+use meshwork_lab::cilium::{Cluster, Sizes};
+use meshwork_lab::etcd::EtcdServer;
+use meshwork_lab::process::LabProcess;
+use meshwork_lab::wait;
+
+const SIZES: Sizes = Sizes {
+    nodes: 2,
+    services: 1,
+    identities: 3,
+    ipcache: 10,
+};
+
+fn meshctl() -> PathBuf {
+    let agent = PathBuf::from(env!("CARGO_BIN_EXE_meshwork-agent"));
+    let meshctl = agent.with_file_name("meshctl");
+    assert!(
+        meshctl.exists(),
+        "{} is missing: build the workspace (cargo build --workspace) before this test",
+        meshctl.display()
+    );
+    meshctl
+}
+
+fn load(server: &EtcdServer, name: &str, id: u32) {
+    let cluster = Cluster {
+        name: name.to_owned(),
+        id,
+        sizes: SIZES,
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let backend = EtcdBackend::connect(
+            &EtcdConfig::new([server.endpoint()]),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+        let (key, value) = cluster.config();
+        backend.put(&key, value).await.unwrap();
+        backend.put_many(cluster.state(), 100).await.unwrap();
+        backend.put_many(cluster.canaries(), 100).await.unwrap();
+    });
+}
+
+fn write_config(dir: &Path, name: &str, server: &EtcdServer) {
+    std::fs::write(
+        dir.join(name),
+        format!("endpoints:\n- {}\n", server.endpoint()),
+    )
+    .unwrap();
+}
+
+fn status_json(socket: &Path) -> Option<serde_json::Value> {
+    let output = Command::new(meshctl())
+        .args(["--socket"])
+        .arg(socket)
+        .args(["status", "--json"])
+        .output()
+        .unwrap();
+    output
+        .status
+        .success()
+        .then(|| serde_json::from_slice(&output.stdout).expect("meshctl prints JSON"))
+}
+
+fn until<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    wait::until(
+        what,
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        &mut check,
+    )
+    .unwrap()
+}
+
+fn http_get(port: u16, path: &str) -> String {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (_, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
+    body.to_owned()
+}
+
+#[test]
+fn agent_status_json_metrics_drain_and_sigterm() {
+    let c1 = EtcdServer::start().unwrap();
+    let c2 = EtcdServer::start().unwrap();
+    let c3 = EtcdServer::start().unwrap();
+    load(&c1, "c1", 1);
+    load(&c2, "c2", 2);
+    load(&c3, "c3", 1); // the same ID as c1: must not become ready
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("clustermesh");
+    std::fs::create_dir(&config).unwrap();
+    write_config(&config, "c1", &c1);
+    write_config(&config, "c2", &c2);
+    write_config(&config, "local", &c3); // named like the local cluster: ignored
+    let socket = dir.path().join("agent.sock");
+    let metrics_port = wait::free_port().unwrap();
+
+    let mut command = Command::new(env!("CARGO_BIN_EXE_meshwork-agent"));
+    command
+        .args([
+            "--cluster-name",
+            "local",
+            "--cluster-id",
+            "9",
+            "--clustermesh-config",
+        ])
+        .arg(&config)
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .arg("--api-socket")
+        .arg(&socket)
+        .arg("--prometheus-serve-addr")
+        .arg(format!("127.0.0.1:{metrics_port}"))
+        .env("RUST_LOG", "info");
+    let mut agent =
+        LabProcess::spawn("meshwork-agent", command, &dir.path().join("agent.log")).unwrap();
+
+    let status = until("c1 and c2 ready", || {
+        status_json(&socket).filter(|s| s["clustermesh"]["ready"] == 2)
+    });
+    assert_eq!(status["clustermesh"]["total"], 2, "{status}");
+    // Now a third cluster with c1's ID.
+    write_config(&config, "c3", &c3);
+    let status = until("c3 reported", || {
+        status_json(&socket).filter(|s| {
+            s["clustermesh"]["clusters"][2]["last_error"] == "clusterID 1 is already used"
+        })
+    });
+    let expected_c1 = serde_json::json!({
+        "name": "c1", "ready": true, "connected": true, "cluster_id": 1,
+        "config": {"required": false, "retrieved": true},
+        "synced": {"nodes": true, "services": true, "identities": true, "endpoints": true},
+        "entries": {"nodes": 2, "services": 1, "identities": 3, "endpoints": 10},
+        "failures": 0, "last_failure": null, "last_error": null,
+    });
+    let c1_status = status["clustermesh"]["clusters"][0].as_object().unwrap();
+    for (key, value) in expected_c1.as_object().unwrap() {
+        assert_eq!(&c1_status[key], value, "field {key} of {status}");
+    }
+    assert_eq!(status["clustermesh"]["ready"], 2);
+    assert_eq!(status["clustermesh"]["total"], 3);
+    assert_eq!(status["clustermesh"]["clusters"][2]["ready"], false);
+    // The exact shape: the field order of the contract.
+    let raw = Command::new(meshctl())
+        .arg("--socket")
+        .arg(&socket)
+        .args(["status", "--json"])
+        .output()
+        .unwrap();
+    let raw = String::from_utf8(raw.stdout).unwrap();
+    assert!(
+        raw.starts_with(r#"{"clustermesh":{"ready":2,"total":3,"clusters":[{"name":"c1","ready":true,"connected":true,"cluster_id":1,"config":{"required":false,"retrieved":true},"synced":{"nodes":true,"services":true,"identities":true,"endpoints":true},"entries":{"nodes":2,"services":1,"identities":3,"endpoints":10},"failures":0,"last_failure":null,"last_error":null"#),
+        "{raw}"
+    );
+
+    let metrics = http_get(metrics_port, "/metrics");
+    assert!(metrics.contains("meshwork_remote_clusters 3"), "{metrics}");
+    assert!(
+        metrics.contains(r#"meshwork_remote_cluster_readiness_status{target_cluster="c1"} 1"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"meshwork_remote_cluster_endpoints{target_cluster="c2"} 10"#),
+        "{metrics}"
+    );
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (cargo xtask setup installs it)");
+    promtool
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(metrics.as_bytes())
+        .unwrap();
+    let checked = promtool.wait_with_output().unwrap();
+    assert!(
+        checked.status.success() && checked.stdout.is_empty() && checked.stderr.is_empty(),
+        "promtool check metrics complained:\n{}{}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
+
+    // Removing a config file removes the cluster.
+    std::fs::remove_file(config.join("c2")).unwrap();
+    until("c2 removed", || {
+        status_json(&socket).filter(|s| s["clustermesh"]["total"] == 2)
+    });
+
+    agent.signal(nix::sys::signal::Signal::SIGTERM).unwrap();
+    let started = Instant::now();
+    until("the agent exits after SIGTERM", || {
+        (!agent.is_running()).then_some(())
+    });
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(!socket.exists(), "the agent removes its socket");
+    let log = std::fs::read_to_string(agent.log()).unwrap();
+    assert!(log.contains("meshwork-agent stopped"), "{log}");
+}

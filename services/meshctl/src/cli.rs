@@ -1,0 +1,104 @@
+//! Command-line arguments.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+/// The agent's API socket unless `--socket` or `MESHWORK_SOCKET` says otherwise.
+pub const DEFAULT_SOCKET: &str = "/var/run/meshwork/agent.sock";
+
+/// Inspect a running Meshwork agent.
+#[derive(Debug, Parser)]
+#[command(
+    name = "meshctl",
+    version,
+    long_about = "Inspect a running Meshwork agent through its local API (a unix socket, the \
+                  agent's --api-socket).",
+    after_help = "Exit status: 0 ok; 1 `status --wait` timed out before every remote cluster was \
+                  ready; 2 usage error; 3 the agent could not be reached or answered with an error."
+)]
+pub struct Cli {
+    /// The agent's API socket (the agent's --api-socket).
+    #[arg(
+        long,
+        global = true,
+        value_name = "PATH",
+        env = "MESHWORK_SOCKET",
+        hide_env_values = true,
+        default_value = DEFAULT_SOCKET
+    )]
+    pub socket: PathBuf,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// meshctl's commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Show the cluster mesh: each remote cluster's connection, sync state and errors.
+    ///
+    /// For each remote cluster: whether it is ready, its etcd connection and endpoints, its
+    /// cluster configuration and cluster ID, whether its nodes, services, identities and
+    /// endpoints (ipcache) have synced, how many entries of each the agent holds, its
+    /// connection failures (with the last one's time) and its last error.
+    Status(StatusArgs),
+}
+
+/// `meshctl status`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "A cluster is ready when its etcd is connected, its cluster configuration \
+                        is retrieved and valid, its cluster ID is reserved, and all four kinds have \
+                        synced. With --wait, live progress goes to stderr (one line per change \
+                        when stderr is not a terminal) and the status to stdout."
+)]
+pub struct StatusArgs {
+    /// Print the status as one line of JSON instead of the human view.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Poll the agent (every 250 ms, retrying while it is unreachable) until every remote
+    /// cluster is ready, showing live per-cluster progress, then print the status. Exits 1
+    /// if the timeout comes first.
+    #[arg(long)]
+    pub wait: bool,
+
+    /// How long --wait waits, e.g. 30s, 2m, 1h30m.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "5m",
+        value_parser = humantime::parse_duration,
+        requires = "wait"
+    )]
+    pub timeout: Duration,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn timeout_parses_human_durations_and_needs_wait() {
+        let cli = Cli::try_parse_from(["meshctl", "status", "--wait", "--timeout", "2m"]).unwrap();
+        let Command::Status(args) = cli.command;
+        assert_eq!(args.timeout, Duration::from_secs(120));
+
+        let cli = Cli::try_parse_from(["meshctl", "status"]).unwrap();
+        let Command::Status(args) = cli.command;
+        assert_eq!(args.timeout, Duration::from_secs(300));
+
+        assert!(Cli::try_parse_from(["meshctl", "status", "--timeout", "2m"]).is_err());
+        assert!(Cli::try_parse_from(["meshctl", "status", "--wait", "--timeout", "soon"]).is_err());
+    }
+}

@@ -1,0 +1,100 @@
+//! The agent's API client, with the errors an on-call engineer can act on.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::anyhow;
+use meshwork_proto::agent::v1::agent_client::AgentClient;
+use meshwork_proto::agent::v1::{ClusterMeshStatus, StatusRequest};
+use meshwork_proto::{ConnectError, connect_unix_with};
+use tonic::Code;
+use tonic::transport::{Channel, Endpoint};
+
+/// Status is a snapshot: an agent that takes longer than this is stuck.
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A connection to the agent's API, made on first use and again after a failed connect.
+pub struct Agent {
+    socket: PathBuf,
+    client: Option<AgentClient<Channel>>,
+}
+
+impl Agent {
+    /// An agent reached at `socket`; nothing is connected yet.
+    pub fn new(socket: &Path) -> Self {
+        Self {
+            socket: socket.to_path_buf(),
+            client: None,
+        }
+    }
+
+    /// The agent's cluster mesh status (empty when the agent reports none).
+    pub async fn status(&mut self) -> anyhow::Result<ClusterMeshStatus> {
+        let client = match &mut self.client {
+            Some(client) => client,
+            None => {
+                let endpoint = Endpoint::from_static("http://[::]:50051")
+                    .connect_timeout(CONNECT_TIMEOUT)
+                    .timeout(CALL_TIMEOUT);
+                let channel = connect_unix_with(endpoint, &self.socket)
+                    .await
+                    .map_err(|err| connect_error(&err))?;
+                self.client.insert(AgentClient::new(channel))
+            }
+        };
+        let reply = client
+            .status(StatusRequest {})
+            .await
+            .map_err(|status| call_error(&self.socket, &status))?;
+        Ok(reply.into_inner().clustermesh.unwrap_or_default())
+    }
+}
+
+fn unreachable(socket: &Path, reason: &str) -> anyhow::Error {
+    anyhow!(
+        "cannot reach the agent at {}: {reason} — is meshwork-agent running? (--socket / MESHWORK_SOCKET)",
+        socket.display()
+    )
+}
+
+fn connect_error(err: &ConnectError) -> anyhow::Error {
+    match err {
+        ConnectError::Socket { path, source } => {
+            let reason = match source.kind() {
+                io::ErrorKind::NotFound => "no such socket".to_owned(),
+                io::ErrorKind::ConnectionRefused => "connection refused".to_owned(),
+                io::ErrorKind::PermissionDenied => "permission denied".to_owned(),
+                io::ErrorKind::TimedOut => {
+                    format!("connect timed out after {}s", CONNECT_TIMEOUT.as_secs())
+                }
+                _ => source.to_string(),
+            };
+            unreachable(path, &reason)
+        }
+        ConnectError::Transport { path, source } => anyhow!(
+            "cannot set up a gRPC connection to the agent at {}: {source} — is it meshwork-agent's API socket? (--socket / MESHWORK_SOCKET)",
+            path.display()
+        ),
+    }
+}
+
+fn call_error(socket: &Path, status: &tonic::Status) -> anyhow::Error {
+    let path = socket.display();
+    match status.code() {
+        Code::Unavailable => unreachable(socket, status.message()),
+        // tonic reports the client-side call timeout as Cancelled.
+        Code::DeadlineExceeded | Code::Cancelled => anyhow!(
+            "the agent at {path} did not answer Status within {}s",
+            CALL_TIMEOUT.as_secs()
+        ),
+        Code::Unimplemented => anyhow!(
+            "the agent at {path} does not serve meshwork.agent.v1.Agent/Status — a different version?"
+        ),
+        code => anyhow!(
+            "the agent at {path} failed to answer Status: {code:?}: {}",
+            status.message()
+        ),
+    }
+}

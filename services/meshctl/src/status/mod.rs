@@ -1,0 +1,58 @@
+//! `meshctl status`.
+
+mod json;
+mod progress;
+mod render;
+mod view;
+mod wait;
+
+use std::io::{self, Write as _};
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::SystemTime;
+
+use self::view::StatusView;
+use self::wait::Outcome;
+use crate::cli::StatusArgs;
+use crate::client::Agent;
+
+/// Exit status when `--wait` timed out.
+const EXIT_NOT_READY: u8 = 1;
+
+/// Runs `meshctl status` against the agent at `socket`.
+pub async fn run(socket: &Path, args: &StatusArgs) -> anyhow::Result<ExitCode> {
+    let mut agent = Agent::new(socket);
+    if !args.wait {
+        let view = StatusView::from(&agent.status().await?);
+        print(&view, args.json)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    match wait::wait(&mut agent, args.timeout).await {
+        Outcome::Ready(view) => {
+            print(&view, args.json)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Outcome::TimedOut { last, error } => {
+            // The last status still tells the on-call engineer where each cluster is stuck.
+            if let Some(view) = &last {
+                print(view, args.json)?;
+            }
+            let msg = wait::timeout_message(args.timeout, last.as_ref(), error.as_deref());
+            eprintln!("meshctl: {msg}");
+            Ok(ExitCode::from(EXIT_NOT_READY))
+        }
+    }
+}
+
+fn print(view: &StatusView, json: bool) -> io::Result<()> {
+    let text = if json {
+        json::to_line(view)
+    } else {
+        render::render(&view.clustermesh, SystemTime::now())
+    };
+    match io::stdout().lock().write_all(text.as_bytes()) {
+        // `meshctl status | head` closing the pipe early is not an error.
+        Err(err) if err.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
+}
