@@ -85,6 +85,18 @@ impl Latches {
         }
     }
 
+    fn wait(&self, name: &str, kind: SyncKind) -> ClusterWait {
+        ClusterWait {
+            name: name.to_owned(),
+            latches: kind
+                .resources()
+                .iter()
+                .map(|&r| self.latch(r).subscribe())
+                .collect(),
+            stopped: self.stopped.subscribe(),
+        }
+    }
+
     fn settle_services(&self) {
         if self
             .services_list_done
@@ -176,15 +188,7 @@ impl SyncBarrier {
         let clusters = self
             .clusters
             .iter()
-            .map(|(name, latches)| ClusterWait {
-                name: name.clone(),
-                latches: kind
-                    .resources()
-                    .iter()
-                    .map(|&r| latches.latch(r).subscribe())
-                    .collect(),
-                stopped: latches.stopped.subscribe(),
-            })
+            .map(|(name, latches)| latches.wait(name, kind))
             .collect();
         MeshWait {
             kind,
@@ -196,16 +200,7 @@ impl SyncBarrier {
 
     /// A wait for `kind` on one cluster; `None` when the cluster is unknown.
     pub fn cluster_wait(&self, cluster: &str, kind: SyncKind) -> Option<ClusterWait> {
-        let latches = self.clusters.get(cluster)?;
-        Some(ClusterWait {
-            name: cluster.to_owned(),
-            latches: kind
-                .resources()
-                .iter()
-                .map(|&r| latches.latch(r).subscribe())
-                .collect(),
-            stopped: latches.stopped.subscribe(),
-        })
+        Some(self.clusters.get(cluster)?.wait(cluster, kind))
     }
 }
 

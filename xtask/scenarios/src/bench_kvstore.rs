@@ -11,6 +11,7 @@ use meshwork_agent_core::types::IpCacheDecoder;
 use meshwork_lab::etcd::{EtcdOptions, EtcdServer};
 use tokio_util::sync::CancellationToken;
 
+use crate::floor;
 use crate::mesh_stores::Discard;
 use crate::rss;
 use meshwork_lab::cilium::{Cluster, Sizes};
@@ -131,23 +132,7 @@ async fn raw_list(
     expected: u32,
 ) -> anyhow::Result<Duration> {
     let started = Instant::now();
-    let mut from = prefix.as_bytes().to_vec();
-    let mut revision = 0;
-    let mut count = 0usize;
-    loop {
-        let (page, more) = backend
-            .list_page(prefix, &from, revision, page_size)
-            .await?;
-        revision = page.revision;
-        count += page.kvs.len();
-        match page.kvs.last() {
-            Some(last) if more => {
-                from = last.key().to_vec();
-                from.push(0);
-            }
-            _ => break,
-        }
-    }
+    let count = floor::read_prefix(backend, prefix, page_size).await?;
     let elapsed = started.elapsed();
     anyhow::ensure!(
         count == expected as usize,

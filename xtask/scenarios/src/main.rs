@@ -4,7 +4,12 @@
 //! missing first.
 
 mod bench_kvstore;
+mod bench_sync;
+mod binaries;
 mod demo;
+mod demo_agent;
+mod demo_stores;
+mod floor;
 mod load;
 mod mesh_stores;
 mod rss;
@@ -21,7 +26,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Three etcd clusters in Cilium's layout, synced by canary-gated watch stores.
+    /// Three etcd clusters in Cilium's layout, watched by a real meshwork-agent: meshctl
+    /// status shows it converge, then one cluster's config file is removed and drained.
     Demo(demo::Args),
     /// A benchmark against its physical floor, measured in the same run.
     #[command(subcommand)]
@@ -32,6 +38,8 @@ enum Command {
 enum Bench {
     /// ipcache entries listed and decoded by the watch store vs a raw paginated range read.
     Kvstore(bench_kvstore::Args),
+    /// Remote clusters synced by a real agent vs raw reads; propagation latency; peak RSS.
+    Sync(bench_sync::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -50,5 +58,16 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Demo(args) => runtime.block_on(demo::run(args)),
         Command::Bench(Bench::Kvstore(args)) => runtime.block_on(bench_kvstore::run(args)),
+        Command::Bench(Bench::Sync(args)) => {
+            drop(runtime);
+            // The in-process part runs the agent's actors: they need an actix system.
+            actix_rt::System::with_tokio_rt(|| {
+                tokio::runtime::Builder::new_multi_thread()
+                    .enable_all()
+                    .build()
+                    .expect("a tokio runtime")
+            })
+            .block_on(bench_sync::run(args))
+        }
     }
 }

@@ -39,8 +39,9 @@ impl ClusterPrefixes {
                     watch: format!("{}/{cluster}", cache("services")),
                     canary: cache("services"),
                 },
+                // kvstoremesh keeps the source key below the cluster: `…/<cluster>/id/<id>`.
                 identities: StorePrefix {
-                    watch: format!("{}/{cluster}", cache("identities")),
+                    watch: format!("{}/{cluster}/id", cache("identities")),
                     canary: cache("identities"),
                 },
                 ipcache: StorePrefix {
@@ -83,5 +84,6 @@ mod tests {
         let cache = ClusterPrefixes::new("c1", true);
         assert_eq!(cache.ipcache.watch, "cilium/cache/ip/v1/c1");
         assert_eq!(cache.services.canary, "cilium/cache/services/v1");
+        assert_eq!(cache.identities.watch, "cilium/cache/identities/v1/c1/id");
     }
 }

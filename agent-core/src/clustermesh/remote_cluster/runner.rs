@@ -167,8 +167,17 @@ impl Runner {
             () = cancel.cancelled() => return Ok(Ended::Cancelled),
             backend = EtcdBackend::connect(&self.config.etcd, self.settings.connect_timeout) => backend?,
         };
-        self.state.send_modify(|s| s.connected = true);
+        // What the previous connection retrieved is not known to hold any more.
+        self.state.send_modify(|s| {
+            s.connected = true;
+            s.config_retrieved = false;
+            s.cluster_id = 0;
+        });
         let (config, revision) = self.fetch_config(&backend).await?;
+        self.state.send_modify(|s| {
+            s.cluster_id = config.id;
+            s.config_retrieved = s.config_required || config.id != 0;
+        });
         if config.id != 0 {
             self.ids
                 .send(ReserveClusterId {
@@ -178,11 +187,7 @@ impl Runner {
                 .await
                 .map_err(|_| RemoteClusterError::MeshGone)??;
         }
-        self.state.send_modify(|s| {
-            s.cluster_id = config.id;
-            s.config_retrieved = s.config_required || config.id != 0;
-            s.last_error = None;
-        });
+        self.state.send_modify(|s| s.last_error = None);
         let stores = self.stores_for(config.id).await;
 
         let connection = cancel.child_token();

@@ -1,0 +1,16 @@
+//! Meshwork's AWS ENI IPAM operator: allocates ENIs and secondary IPv4 addresses through EC2
+//! for every node, the way Cilium's operator does in ENI mode (contract:
+//! `cilium-semantics.md` §7).
+//!
+//! - [`ec2`]: the EC2 client; every call waits for one shared token bucket and is measured.
+//! - [`limits`]: per-instance-type ENI and address limits (DescribeInstanceTypes, overridable).
+//! - [`allocation`]: Cilium's needed/excess arithmetic, as pure functions.
+//! - [`instances`]: the describe cache (VPCs, subnets, security groups, ENIs per instance).
+//! - [`node_allocator`]: per node, decides the next EC2 action from the cache and executes it.
+
+pub mod allocation;
+pub mod ec2;
+pub mod instances;
+pub mod limits;
+pub mod model;
+pub mod node_allocator;

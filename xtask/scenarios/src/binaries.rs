@@ -1,0 +1,80 @@
+//! The workspace's own binaries (`meshwork-agent`, `meshctl`) that scenarios run as real
+//! processes, found next to this scenario binary and built there first.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+
+/// Paths of the binaries a scenario runs.
+pub struct Binaries {
+    /// `meshwork-agent`.
+    pub agent: PathBuf,
+    /// `meshctl`.
+    pub meshctl: PathBuf,
+}
+
+/// Builds `meshwork-agent` and `meshctl` with the profile this binary was built with (a
+/// no-op when they are up to date, so the demo never runs a stale agent), then returns their
+/// paths next to this binary.
+///
+/// When the workspace is not where this binary was built from, the binaries must already
+/// be next to it.
+pub fn build() -> anyhow::Result<Binaries> {
+    let exe = std::env::current_exe().context("finding the scenario binary's path")?;
+    let binaries = Binaries {
+        agent: exe.with_file_name("meshwork-agent"),
+        meshctl: exe.with_file_name("meshctl"),
+    };
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    if workspace.join("Cargo.toml").is_file() {
+        cargo_build(&workspace, &exe)?;
+    }
+    for path in [&binaries.agent, &binaries.meshctl] {
+        if !path.is_file() {
+            bail!(
+                "{} is missing: build it with `cargo build -p meshwork-agent -p meshctl` \
+                 (into the target directory of {})",
+                path.display(),
+                exe.display()
+            );
+        }
+    }
+    Ok(binaries)
+}
+
+/// `cargo build -p meshwork-agent -p meshctl` in `workspace`, with the profile `exe` was
+/// built with (its directory is `target/<profile dir>/`).
+fn cargo_build(workspace: &Path, exe: &Path) -> anyhow::Result<()> {
+    let profile = match exe
+        .parent()
+        .and_then(Path::file_name)
+        .and_then(|name| name.to_str())
+    {
+        Some("debug") | None => "dev",
+        Some(other) => other,
+    };
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut command = Command::new(&cargo);
+    command
+        .current_dir(workspace)
+        .args(["build", "--quiet", "--profile", profile])
+        .args(["--package", "meshwork-agent", "--package", "meshctl"]);
+    print!("Building meshwork-agent and meshctl (cargo build, profile {profile}) ... ");
+    // Shown before cargo's own output, if it has any.
+    std::io::Write::flush(&mut std::io::stdout()).context("writing to stdout")?;
+    let started = Instant::now();
+    let status = command
+        .status()
+        .with_context(|| format!("running {command:?}"))?;
+    if !status.success() {
+        println!("failed");
+        bail!(
+            "`cargo build -p meshwork-agent -p meshctl` in {} failed ({status})",
+            workspace.display()
+        );
+    }
+    println!("done in {:.1} s\n", started.elapsed().as_secs_f64());
+    Ok(())
+}

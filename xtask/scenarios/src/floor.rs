@@ -1,0 +1,29 @@
+//! The physical floor of the benchmarks: reading keys raw from etcd, no decoding.
+
+use meshwork_agent_core::kvstore::EtcdBackend;
+
+/// Reads every key under `prefix` page by page at one revision, as the watch store's list
+/// does, and returns how many there were.
+pub async fn read_prefix(
+    backend: &EtcdBackend,
+    prefix: &str,
+    page_size: i64,
+) -> anyhow::Result<usize> {
+    let mut from = prefix.as_bytes().to_vec();
+    let mut revision = 0;
+    let mut count = 0;
+    loop {
+        let (page, more) = backend
+            .list_page(prefix, &from, revision, page_size)
+            .await?;
+        revision = page.revision;
+        count += page.kvs.len();
+        match page.kvs.last() {
+            Some(last) if more => {
+                from = last.key().to_vec();
+                from.push(0);
+            }
+            _ => return Ok(count),
+        }
+    }
+}
