@@ -13,7 +13,7 @@ use common::mesh::Mesh;
 use common::*;
 use meshwork_agent_core::clustermesh::barrier::SyncBarrier;
 use meshwork_agent_core::clustermesh::barrier_actor::{GetMeshWait, SyncBarrierActor};
-use meshwork_agent_core::clustermesh::events::{Change, RemoteEvent};
+use meshwork_agent_core::clustermesh::events::{Change, RemoteEvent, RemoteEvents};
 use meshwork_agent_core::clustermesh::identity_actor::{
     GetRegisteredIdentities, IdentityCacheActor,
 };
@@ -93,19 +93,21 @@ fn describe(event: &RemoteEvent) -> String {
             }
         },
         RemoteEvent::IpCache {
-            cluster,
-            key,
-            change,
-        } => format!(
-            "ip{} {cluster} {key}",
-            sign(matches!(change, Change::Upsert(_)))
-        ),
+            cluster, change, ..
+        } => {
+            let (Change::Upsert(entry) | Change::Delete(entry)) = change;
+            format!(
+                "ip{} {cluster} {}",
+                sign(matches!(change, Change::Upsert(_))),
+                entry.key_name()
+            )
+        }
     }
 }
 
 /// Records every remote event, then hands it on to the remote state (in order).
 struct Tap {
-    to: Recipient<RemoteEvent>,
+    to: Recipient<RemoteEvents>,
     seen: Arc<Mutex<Vec<String>>>,
 }
 
@@ -113,12 +115,15 @@ impl Actor for Tap {
     type Context = Context<Self>;
 }
 
-impl Handler<RemoteEvent> for Tap {
+impl Handler<RemoteEvents> for Tap {
     type Result = ();
 
-    fn handle(&mut self, event: RemoteEvent, _: &mut Context<Self>) {
-        self.seen.lock().unwrap().push(describe(&event));
-        self.to.do_send(event);
+    fn handle(&mut self, events: RemoteEvents, _: &mut Context<Self>) {
+        self.seen
+            .lock()
+            .unwrap()
+            .extend(events.0.iter().map(describe));
+        self.to.do_send(events);
     }
 }
 

@@ -1,8 +1,10 @@
 //! What remote clusters tell the rest of the agent, and the store observers that say it.
 //!
 //! Store observers run synchronously inside a watch store's task; they turn each change into
-//! a typed message and hand it to an actor's mailbox (`do_send`: the mailbox is unbounded,
-//! the store never waits for a consumer).
+//! a typed event, buffer it, and hand the batch to an actor's mailbox when the store ends a
+//! batch (`Observer::flush`: a list page, a watch response). One message per batch rather
+//! than per entry keeps a million-entry list from costing a million mailbox wake-ups. The
+//! mailbox is unbounded: the store never waits for a consumer.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -11,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use actix::{Message, Recipient};
 
 use crate::kvstore::Observer;
-use crate::types::{ClusterService, Identity, IpIdentityPair, Node};
+use crate::types::{ClusterService, Identity, IpCacheEntry, Node};
 
 /// An upsert or a delete of a value.
 #[derive(Debug, Clone, PartialEq)]
@@ -23,8 +25,7 @@ pub enum Change<V> {
 }
 
 /// A change a remote cluster contributed.
-#[derive(Debug, Clone, Message)]
-#[rtype(result = "()")]
+#[derive(Debug, Clone)]
 pub enum RemoteEvent {
     /// A remote node.
     Node {
@@ -42,20 +43,29 @@ pub enum RemoteEvent {
         /// The change.
         change: Change<ClusterService>,
     },
-    /// A remote ipcache entry, keyed as in etcd (`<ip>` or `<ip>/<len>`).
+    /// A remote ipcache entry (its key is [`IpCacheEntry::key_name`]).
     IpCache {
         /// The remote cluster.
         cluster: Arc<str>,
-        /// The key below `cilium/state/ip/v1/default/`.
-        key: Arc<str>,
+        /// An upsert of a key the cluster did not have before.
+        created: bool,
         /// The change.
-        change: Change<IpIdentityPair>,
+        change: Change<IpCacheEntry>,
     },
 }
 
-/// A change of a remote cluster's identities, per connection (`generation`).
+/// Remote events in the order they happened.
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
+pub struct RemoteEvents(pub Vec<RemoteEvent>);
+
+/// Identity events in the order they happened.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct IdentityEvents(pub Vec<IdentityEvent>);
+
+/// A change of a remote cluster's identities, per connection (`generation`).
+#[derive(Debug, Clone)]
 pub enum IdentityEvent {
     /// A connection starts filling a fresh cache.
     Start {
@@ -94,27 +104,68 @@ pub enum IdentityEvent {
     },
 }
 
+/// Buffers events until the store ends a batch.
+pub struct Batch<E> {
+    events: Vec<E>,
+}
+
+impl<E> Default for Batch<E> {
+    fn default() -> Self {
+        Self { events: Vec::new() }
+    }
+}
+
+impl<E> Batch<E> {
+    fn push(&mut self, event: E) {
+        self.events.push(event);
+    }
+
+    fn take(&mut self) -> Option<Vec<E>> {
+        (!self.events.is_empty()).then(|| std::mem::take(&mut self.events))
+    }
+}
+
 /// Forwards node changes.
 pub struct NodeForwarder {
     /// The remote cluster.
     pub cluster: Arc<str>,
     /// Where changes go.
-    pub to: Recipient<RemoteEvent>,
+    pub to: Recipient<RemoteEvents>,
+    /// Changes not handed on yet.
+    pub batch: Batch<RemoteEvent>,
+}
+
+impl NodeForwarder {
+    /// A forwarder of `cluster`'s nodes to `to`.
+    pub fn new(cluster: Arc<str>, to: Recipient<RemoteEvents>) -> Self {
+        Self {
+            cluster,
+            to,
+            batch: Batch::default(),
+        }
+    }
+
+    fn push(&mut self, change: Change<Node>) {
+        self.batch.push(RemoteEvent::Node {
+            cluster: Arc::clone(&self.cluster),
+            change,
+        });
+    }
 }
 
 impl Observer<Node> for NodeForwarder {
     fn on_upsert(&mut self, _key: &str, value: &Arc<Node>) {
-        self.to.do_send(RemoteEvent::Node {
-            cluster: Arc::clone(&self.cluster),
-            change: Change::Upsert(Arc::clone(value)),
-        });
+        self.push(Change::Upsert(Arc::clone(value)));
     }
 
     fn on_delete(&mut self, _key: &str, value: &Arc<Node>) {
-        self.to.do_send(RemoteEvent::Node {
-            cluster: Arc::clone(&self.cluster),
-            change: Change::Delete(Arc::clone(value)),
-        });
+        self.push(Change::Delete(Arc::clone(value)));
+    }
+
+    fn flush(&mut self) {
+        if let Some(events) = self.batch.take() {
+            self.to.do_send(RemoteEvents(events));
+        }
     }
 }
 
@@ -124,17 +175,30 @@ pub struct ServiceForwarder {
     /// The remote cluster.
     pub cluster: Arc<str>,
     /// Where changes go.
-    pub to: Recipient<RemoteEvent>,
+    pub to: Recipient<RemoteEvents>,
     /// The last sequence number handed out (shared with the list-done callback).
     pub last_seq: Arc<AtomicU64>,
     /// Keys forwarded as shared, to turn "no longer shared" into a delete.
     pub shared: HashSet<String>,
+    /// Changes not handed on yet.
+    pub batch: Batch<RemoteEvent>,
 }
 
 impl ServiceForwarder {
-    fn send(&mut self, change: Change<ClusterService>) {
+    /// A forwarder of `cluster`'s services to `to`, numbering from `last_seq`.
+    pub fn new(cluster: Arc<str>, to: Recipient<RemoteEvents>, last_seq: Arc<AtomicU64>) -> Self {
+        Self {
+            cluster,
+            to,
+            last_seq,
+            shared: HashSet::new(),
+            batch: Batch::default(),
+        }
+    }
+
+    fn push(&mut self, change: Change<ClusterService>) {
         let seq = self.last_seq.fetch_add(1, Ordering::AcqRel) + 1;
-        self.to.do_send(RemoteEvent::Service {
+        self.batch.push(RemoteEvent::Service {
             cluster: Arc::clone(&self.cluster),
             seq,
             change,
@@ -146,15 +210,21 @@ impl Observer<ClusterService> for ServiceForwarder {
     fn on_upsert(&mut self, key: &str, value: &Arc<ClusterService>) {
         if value.shared {
             self.shared.insert(key.to_owned());
-            self.send(Change::Upsert(Arc::clone(value)));
+            self.push(Change::Upsert(Arc::clone(value)));
         } else if self.shared.remove(key) {
-            self.send(Change::Delete(Arc::clone(value)));
+            self.push(Change::Delete(Arc::clone(value)));
         }
     }
 
     fn on_delete(&mut self, key: &str, value: &Arc<ClusterService>) {
         if self.shared.remove(key) {
-            self.send(Change::Delete(Arc::clone(value)));
+            self.push(Change::Delete(Arc::clone(value)));
+        }
+    }
+
+    fn flush(&mut self) {
+        if let Some(events) = self.batch.take() {
+            self.to.do_send(RemoteEvents(events));
         }
     }
 }
@@ -164,24 +234,47 @@ pub struct IpCacheForwarder {
     /// The remote cluster.
     pub cluster: Arc<str>,
     /// Where changes go.
-    pub to: Recipient<RemoteEvent>,
+    pub to: Recipient<RemoteEvents>,
+    /// Changes not handed on yet.
+    pub batch: Batch<RemoteEvent>,
 }
 
-impl Observer<IpIdentityPair> for IpCacheForwarder {
-    fn on_upsert(&mut self, key: &str, value: &Arc<IpIdentityPair>) {
-        self.to.do_send(RemoteEvent::IpCache {
-            cluster: Arc::clone(&self.cluster),
-            key: key.into(),
-            change: Change::Upsert(Arc::clone(value)),
-        });
+impl IpCacheForwarder {
+    /// A forwarder of `cluster`'s ipcache to `to`.
+    pub fn new(cluster: Arc<str>, to: Recipient<RemoteEvents>) -> Self {
+        Self {
+            cluster,
+            to,
+            batch: Batch::default(),
+        }
     }
 
-    fn on_delete(&mut self, key: &str, value: &Arc<IpIdentityPair>) {
-        self.to.do_send(RemoteEvent::IpCache {
+    fn push(&mut self, created: bool, change: Change<IpCacheEntry>) {
+        self.batch.push(RemoteEvent::IpCache {
             cluster: Arc::clone(&self.cluster),
-            key: key.into(),
-            change: Change::Delete(Arc::clone(value)),
+            created,
+            change,
         });
+    }
+}
+
+impl Observer<IpCacheEntry> for IpCacheForwarder {
+    fn on_upsert(&mut self, _key: &str, value: &Arc<IpCacheEntry>) {
+        self.push(false, Change::Upsert(Arc::clone(value)));
+    }
+
+    fn on_create(&mut self, _key: &str, value: &Arc<IpCacheEntry>) {
+        self.push(true, Change::Upsert(Arc::clone(value)));
+    }
+
+    fn on_delete(&mut self, _key: &str, value: &Arc<IpCacheEntry>) {
+        self.push(false, Change::Delete(Arc::clone(value)));
+    }
+
+    fn flush(&mut self) {
+        if let Some(events) = self.batch.take() {
+            self.to.do_send(RemoteEvents(events));
+        }
     }
 }
 
@@ -192,23 +285,43 @@ pub struct IdentityForwarder {
     /// The connection.
     pub generation: u64,
     /// Where changes go.
-    pub to: Recipient<IdentityEvent>,
+    pub to: Recipient<IdentityEvents>,
+    /// Changes not handed on yet.
+    pub batch: Batch<IdentityEvent>,
+}
+
+impl IdentityForwarder {
+    /// A forwarder of `cluster`'s identities of connection `generation` to `to`.
+    pub fn new(cluster: Arc<str>, generation: u64, to: Recipient<IdentityEvents>) -> Self {
+        Self {
+            cluster,
+            generation,
+            to,
+            batch: Batch::default(),
+        }
+    }
+
+    fn push(&mut self, change: Change<Identity>) {
+        self.batch.push(IdentityEvent::Change {
+            cluster: Arc::clone(&self.cluster),
+            generation: self.generation,
+            change,
+        });
+    }
 }
 
 impl Observer<Identity> for IdentityForwarder {
     fn on_upsert(&mut self, _key: &str, value: &Arc<Identity>) {
-        self.to.do_send(IdentityEvent::Change {
-            cluster: Arc::clone(&self.cluster),
-            generation: self.generation,
-            change: Change::Upsert(Arc::clone(value)),
-        });
+        self.push(Change::Upsert(Arc::clone(value)));
     }
 
     fn on_delete(&mut self, _key: &str, value: &Arc<Identity>) {
-        self.to.do_send(IdentityEvent::Change {
-            cluster: Arc::clone(&self.cluster),
-            generation: self.generation,
-            change: Change::Delete(Arc::clone(value)),
-        });
+        self.push(Change::Delete(Arc::clone(value)));
+    }
+
+    fn flush(&mut self) {
+        if let Some(events) = self.batch.take() {
+            self.to.do_send(IdentityEvents(events));
+        }
     }
 }

@@ -2,7 +2,7 @@
 
 use actix::{Actor, Context, Handler, Message, MessageResult};
 
-use super::events::{Change, IdentityEvent};
+use super::events::{Change, IdentityEvent, IdentityEvents};
 use super::identity_cache::{IdentityChange, RemoteIdentities};
 
 /// Holds the remote identity caches.
@@ -16,10 +16,18 @@ impl Actor for IdentityCacheActor {
     type Context = Context<Self>;
 }
 
-impl Handler<IdentityEvent> for IdentityCacheActor {
+impl Handler<IdentityEvents> for IdentityCacheActor {
     type Result = ();
 
-    fn handle(&mut self, event: IdentityEvent, _: &mut Context<Self>) {
+    fn handle(&mut self, IdentityEvents(events): IdentityEvents, _: &mut Context<Self>) {
+        for event in events {
+            self.apply(event);
+        }
+    }
+}
+
+impl IdentityCacheActor {
+    fn apply(&mut self, event: IdentityEvent) {
         let ids = &mut self.identities;
         let changes: Vec<IdentityChange> = match event {
             IdentityEvent::Start {
@@ -30,7 +38,7 @@ impl Handler<IdentityEvent> for IdentityCacheActor {
                 cluster,
                 generation,
                 change: Change::Upsert(identity),
-            } => ids.upsert(&cluster, generation, identity.id, identity.labels.clone()),
+            } => ids.upsert(&cluster, generation, identity),
             IdentityEvent::Change {
                 cluster,
                 generation,

@@ -8,23 +8,27 @@
 //! Identities seen by consumers are the union of the registered and the pending cache.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
-use crate::types::Labels;
+use crate::types::{Identity, Labels};
 
 /// What consumers of identities (policy) are told.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IdentityChange {
     /// The identity exists with these labels.
-    Upsert(u32, Labels),
+    Upsert(Arc<Identity>),
     /// The identity is gone.
     Delete(u32),
 }
 
+// Identities are shared with the watch store that decoded them, never copied.
+type Cache = HashMap<u32, Arc<Identity>>;
+
 #[derive(Default)]
 struct ClusterCaches {
-    registered: HashMap<u32, Labels>,
+    registered: Cache,
     registered_generation: Option<u64>,
-    pending: Option<(u64, HashMap<u32, Labels>)>,
+    pending: Option<(u64, Cache)>,
 }
 
 /// The remote identity caches of every cluster. A plain state machine: each method returns
@@ -57,17 +61,19 @@ impl RemoteIdentities {
         &mut self,
         cluster: &str,
         generation: u64,
-        id: u32,
-        labels: Labels,
+        identity: Arc<Identity>,
     ) -> Vec<IdentityChange> {
         let Some(cache) = self.cache_mut(cluster, generation) else {
             return Vec::new();
         };
-        if cache.get(&id) == Some(&labels) {
+        if cache
+            .get(&identity.id)
+            .is_some_and(|known| known.labels == identity.labels)
+        {
             return Vec::new();
         }
-        cache.insert(id, labels.clone());
-        vec![IdentityChange::Upsert(id, labels)]
+        cache.insert(identity.id, Arc::clone(&identity));
+        vec![IdentityChange::Upsert(identity)]
     }
 
     /// An identity was deleted on connection `generation`.
@@ -131,6 +137,7 @@ impl RemoteIdentities {
             .as_ref()
             .and_then(|(_, p)| p.get(&id))
             .or_else(|| caches.registered.get(&id))
+            .map(|identity| &identity.labels)
     }
 
     /// Identities registered for `cluster` (the last synced connection's cache).
@@ -138,7 +145,7 @@ impl RemoteIdentities {
         self.clusters.get(cluster).map_or(0, |c| c.registered.len())
     }
 
-    fn cache_mut(&mut self, cluster: &str, generation: u64) -> Option<&mut HashMap<u32, Labels>> {
+    fn cache_mut(&mut self, cluster: &str, generation: u64) -> Option<&mut Cache> {
         let caches = self.clusters.get_mut(cluster)?;
         if caches
             .pending
@@ -155,17 +162,15 @@ impl RemoteIdentities {
     }
 }
 
-fn withdraw_new(
-    registered: &HashMap<u32, Labels>,
-    pending: HashMap<u32, Labels>,
-) -> Vec<IdentityChange> {
+fn withdraw_new(registered: &Cache, pending: Cache) -> Vec<IdentityChange> {
     let mut changes: Vec<IdentityChange> = pending
         .into_keys()
         .filter(|id| !registered.contains_key(id))
         .map(IdentityChange::Delete)
         .collect();
     changes.sort_by_key(|c| match c {
-        IdentityChange::Delete(id) | IdentityChange::Upsert(id, _) => *id,
+        IdentityChange::Delete(id) => *id,
+        IdentityChange::Upsert(identity) => identity.id,
     });
     changes
 }
@@ -180,16 +185,22 @@ mod tests {
         ))
     }
 
-    fn deletes(mut changes: Vec<IdentityChange>) -> Vec<u32> {
-        changes.sort_by_key(|c| match c {
-            IdentityChange::Delete(id) | IdentityChange::Upsert(id, _) => *id,
-        });
+    fn identity(id: u32, app: &str) -> Arc<Identity> {
+        Arc::new(Identity {
+            id,
+            labels: labels(app),
+        })
+    }
+
+    fn deletes(changes: Vec<IdentityChange>) -> Vec<u32> {
         changes
             .into_iter()
             .map(|c| match c {
                 IdentityChange::Delete(id) => id,
-                IdentityChange::Upsert(id, _) => panic!("unexpected upsert of {id}"),
+                IdentityChange::Upsert(identity) => panic!("unexpected upsert of {}", identity.id),
             })
+            .collect::<std::collections::BTreeSet<u32>>()
+            .into_iter()
             .collect()
     }
 
@@ -197,18 +208,18 @@ mod tests {
     fn list_done_replaces_the_old_cache_and_deletes_what_vanished() {
         let mut ids = RemoteIdentities::new();
         ids.start("c1", 1);
-        ids.upsert("c1", 1, 10, labels("a"));
-        ids.upsert("c1", 1, 11, labels("b"));
+        ids.upsert("c1", 1, identity(10, "a"));
+        ids.upsert("c1", 1, identity(11, "b"));
         assert!(ids.list_done("c1", 1).is_empty());
         assert_eq!(ids.registered_len("c1"), 2);
 
         // Reconnect: 11 vanished, 12 is new. Nothing is deleted before list-done.
         ids.start("c1", 2);
         assert_eq!(
-            ids.upsert("c1", 2, 10, labels("a")),
-            vec![IdentityChange::Upsert(10, labels("a"))]
+            ids.upsert("c1", 2, identity(10, "a")),
+            vec![IdentityChange::Upsert(identity(10, "a"))]
         );
-        ids.upsert("c1", 2, 12, labels("c"));
+        ids.upsert("c1", 2, identity(12, "c"));
         assert_eq!(
             ids.get("c1", 11),
             Some(&labels("b")),
@@ -223,12 +234,12 @@ mod tests {
     fn a_connection_cancelled_before_list_done_withdraws_only_its_new_ids() {
         let mut ids = RemoteIdentities::new();
         ids.start("c1", 1);
-        ids.upsert("c1", 1, 10, labels("a"));
+        ids.upsert("c1", 1, identity(10, "a"));
         ids.list_done("c1", 1);
 
         ids.start("c1", 2);
-        ids.upsert("c1", 2, 10, labels("a"));
-        ids.upsert("c1", 2, 20, labels("new"));
+        ids.upsert("c1", 2, identity(10, "a"));
+        ids.upsert("c1", 2, identity(20, "new"));
         assert_eq!(deletes(ids.stop("c1", 2)), [20]);
         assert_eq!(
             ids.get("c1", 10),
@@ -245,24 +256,24 @@ mod tests {
         let mut ids = RemoteIdentities::new();
         ids.start("c1", 1);
         ids.list_done("c1", 1);
-        assert_eq!(ids.upsert("c1", 1, 5, labels("x")).len(), 1);
+        assert_eq!(ids.upsert("c1", 1, identity(5, "x")).len(), 1);
         assert_eq!(deletes(ids.delete("c1", 1, 5)), [5]);
         assert!(
             ids.stop("c1", 1).is_empty(),
             "stopping after list-done withdraws nothing"
         );
         // Events of a stale connection are ignored.
-        assert!(ids.upsert("c1", 7, 6, labels("y")).is_empty());
+        assert!(ids.upsert("c1", 7, identity(6, "y")).is_empty());
     }
 
     #[test]
     fn removal_deletes_everything_the_cluster_contributed() {
         let mut ids = RemoteIdentities::new();
         ids.start("c1", 1);
-        ids.upsert("c1", 1, 10, labels("a"));
+        ids.upsert("c1", 1, identity(10, "a"));
         ids.list_done("c1", 1);
         ids.start("c1", 2);
-        ids.upsert("c1", 2, 11, labels("b"));
+        ids.upsert("c1", 2, identity(11, "b"));
         assert_eq!(deletes(ids.remove_cluster("c1")), [10, 11]);
         assert!(ids.remove_cluster("c1").is_empty());
     }

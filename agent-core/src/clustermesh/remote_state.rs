@@ -9,8 +9,8 @@ use actix::{Actor, Context, Handler, Message, MessageResult, Recipient};
 use tokio::sync::mpsc;
 
 use super::barrier_actor::BarrierUpdate;
-use super::events::{Change, RemoteEvent};
-use crate::types::{ClusterService, IpIdentityPair, Node};
+use super::events::{Change, RemoteEvent, RemoteEvents};
+use crate::types::{ClusterService, IpCacheEntry, Node};
 
 /// Counts of what one cluster contributed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -23,12 +23,13 @@ pub struct Contribution {
     pub ipcache: usize,
 }
 
-/// The merged remote state. A plain state machine.
+/// The merged remote state. A plain state machine. ipcache entries are only counted: the
+/// watch stores hold them, and their consumers (the datapath) keep their own copy.
 #[derive(Default)]
 pub struct RemoteState {
     nodes: HashMap<(Arc<str>, String), Arc<Node>>,
     services: HashMap<(Arc<str>, String), Arc<ClusterService>>,
-    ipcache: HashMap<(Arc<str>, Arc<str>), Arc<IpIdentityPair>>,
+    ipcache: HashMap<Arc<str>, usize>,
 }
 
 impl RemoteState {
@@ -53,13 +54,17 @@ impl RemoteState {
             }
             RemoteEvent::IpCache {
                 cluster,
-                key,
+                created,
                 change,
-            } => apply(
-                &mut self.ipcache,
-                (Arc::clone(cluster), Arc::clone(key)),
-                change,
-            ),
+                ..
+            } => {
+                let count = self.ipcache.entry(Arc::clone(cluster)).or_default();
+                match change {
+                    Change::Upsert(_) if *created => *count += 1,
+                    Change::Upsert(_) => {}
+                    Change::Delete(_) => *count = count.saturating_sub(1),
+                }
+            }
         }
     }
 
@@ -72,13 +77,8 @@ impl RemoteState {
                 .keys()
                 .filter(|(c, _)| &**c == cluster)
                 .count(),
-            ipcache: self.ipcache.keys().filter(|(c, _)| &**c == cluster).count(),
+            ipcache: self.ipcache.get(cluster).copied().unwrap_or(0),
         }
-    }
-
-    /// The ipcache entry `key` of `cluster`.
-    pub fn ipcache_entry(&self, cluster: &str, key: &str) -> Option<&Arc<IpIdentityPair>> {
-        self.ipcache.get(&(Arc::from(cluster), Arc::from(key)))
     }
 }
 
@@ -109,7 +109,7 @@ fn apply<K: std::hash::Hash + Eq, V>(map: &mut HashMap<K, Arc<V>>, key: K, chang
 pub struct RemoteStateActor {
     state: RemoteState,
     barrier: Recipient<BarrierUpdate>,
-    ipcache_tap: Option<mpsc::UnboundedSender<Arc<str>>>,
+    ipcache_tap: Option<mpsc::UnboundedSender<Arc<IpCacheEntry>>>,
 }
 
 impl RemoteStateActor {
@@ -122,8 +122,8 @@ impl RemoteStateActor {
         }
     }
 
-    /// Also reports every applied ipcache key on `tap` (benchmarks measure propagation).
-    pub fn with_ipcache_tap(mut self, tap: mpsc::UnboundedSender<Arc<str>>) -> Self {
+    /// Also reports every applied ipcache entry on `tap` (benchmarks measure propagation).
+    pub fn with_ipcache_tap(mut self, tap: mpsc::UnboundedSender<Arc<IpCacheEntry>>) -> Self {
         self.ipcache_tap = Some(tap);
         self
     }
@@ -133,21 +133,30 @@ impl Actor for RemoteStateActor {
     type Context = Context<Self>;
 }
 
-impl Handler<RemoteEvent> for RemoteStateActor {
+impl Handler<RemoteEvents> for RemoteStateActor {
     type Result = ();
 
-    fn handle(&mut self, event: RemoteEvent, _: &mut Context<Self>) {
-        self.state.apply(&event);
-        match &event {
+    fn handle(&mut self, RemoteEvents(events): RemoteEvents, _: &mut Context<Self>) {
+        for event in &events {
+            self.apply(event);
+        }
+    }
+}
+
+impl RemoteStateActor {
+    fn apply(&mut self, event: &RemoteEvent) {
+        self.state.apply(event);
+        match event {
             RemoteEvent::Service { cluster, seq, .. } => {
                 self.barrier.do_send(BarrierUpdate::ServicesProgrammed {
                     cluster: cluster.to_string(),
                     seq: *seq,
                 });
             }
-            RemoteEvent::IpCache { key, .. } => {
+            RemoteEvent::IpCache { change, .. } => {
                 if let Some(tap) = &self.ipcache_tap {
-                    let _ = tap.send(Arc::clone(key));
+                    let (Change::Upsert(entry) | Change::Delete(entry)) = change;
+                    let _ = tap.send(Arc::clone(entry));
                 }
             }
             RemoteEvent::Node { .. } => {}

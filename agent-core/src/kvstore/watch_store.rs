@@ -26,10 +26,17 @@ use super::{Decoder, KvstoreError};
 
 /// Receives the store's events, synchronously and in order.
 pub trait Observer<V>: Send {
-    /// A key was created, or its value changed.
+    /// A key's value changed (or, unless [`Observer::on_create`] is overridden, was created).
     fn on_upsert(&mut self, key: &str, value: &Arc<V>);
+    /// A key the store did not hold appeared. Defaults to [`Observer::on_upsert`].
+    fn on_create(&mut self, key: &str, value: &Arc<V>) {
+        self.on_upsert(key, value);
+    }
     /// A key was deleted (or found stale); `value` is its last value.
     fn on_delete(&mut self, key: &str, value: &Arc<V>);
+    /// The end of a batch (a list page, a watch response, the stale deletes, a drain): an
+    /// observer that buffers hands on what it holds. Always called before on-sync callbacks.
+    fn flush(&mut self) {}
 }
 
 /// A callback run once, when the store completes its first list.
@@ -119,7 +126,8 @@ struct Entry<V> {
 pub struct WatchStore<D: Decoder, O: Observer<D::Value>> {
     decoder: D,
     observer: O,
-    state: HashMap<String, Entry<D::Value>>,
+    // Boxed keys: a million of them cost 8 bytes less each than Strings.
+    state: HashMap<Box<str>, Entry<D::Value>>,
     on_sync: Vec<OnSync>,
     status: Arc<StoreStatus>,
     options: WatchStoreOptions,
@@ -277,6 +285,7 @@ impl<D: Decoder, O: Observer<D::Value>> WatchStore<D, O> {
             for kv in &page.kvs {
                 self.upsert(prefix, kv.key(), kv.value());
             }
+            self.observer.flush();
         }
     }
 
@@ -310,6 +319,7 @@ impl<D: Decoder, O: Observer<D::Value>> WatchStore<D, O> {
                     }
                 }
             }
+            self.observer.flush();
         }
     }
 
@@ -349,14 +359,14 @@ impl<D: Decoder, O: Observer<D::Value>> WatchStore<D, O> {
                     // Count before notifying, so an observer never sees a stale count.
                     let value = Arc::new(decoded);
                     self.state.insert(
-                        key.to_owned(),
+                        key.into(),
                         Entry {
                             value: Arc::clone(&value),
                             stale: false,
                         },
                     );
                     self.count_entries();
-                    self.observer.on_upsert(key, &value);
+                    self.observer.on_create(key, &value);
                 }
             }
             Err(err) => {
@@ -395,7 +405,7 @@ impl<D: Decoder, O: Observer<D::Value>> WatchStore<D, O> {
     }
 
     fn delete_stale(&mut self) {
-        let stale: Vec<String> = self
+        let stale: Vec<Box<str>> = self
             .state
             .iter()
             .filter(|(_, entry)| entry.stale)
@@ -404,6 +414,7 @@ impl<D: Decoder, O: Observer<D::Value>> WatchStore<D, O> {
         for key in stale {
             self.delete(&key);
         }
+        self.observer.flush();
     }
 
     /// Emits a delete for every known key and forgets them all. Used when a cluster is
@@ -416,6 +427,7 @@ impl<D: Decoder, O: Observer<D::Value>> WatchStore<D, O> {
         for (key, entry) in drained {
             self.observer.on_delete(&key, &entry.value);
         }
+        self.observer.flush();
     }
 
     fn count_entries(&self) {

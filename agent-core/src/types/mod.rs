@@ -19,6 +19,7 @@ mod cluster_config;
 pub mod go_json;
 mod identity;
 mod ipcache;
+mod ipcache_entry;
 mod labels;
 mod net;
 mod node;
@@ -33,6 +34,7 @@ pub use identity::{
     Identity, IdentityDecoder, MINIMAL_NUMERIC_IDENTITY, cluster_id_shift, identity_range,
 };
 pub use ipcache::{IpCacheDecoder, IpIdentityPair, NamedPort};
+pub use ipcache_entry::{IpCacheEntry, IpCacheEntryDecoder};
 pub use labels::{
     LABEL_SOURCE_K8S, LABEL_SOURCE_RESERVED, LABEL_SOURCE_UNSPEC, Label, Labels,
     POLICY_LABEL_CLUSTER,

@@ -24,6 +24,9 @@ pub struct EtcdOptions {
     pub max_txn_ops: Option<u32>,
     /// A name for logs and the etcd member (defaults to `etcd`).
     pub name: Option<String>,
+    /// Keep the data on tmpfs (`/dev/shm`), so fsync costs nothing: for benchmarks that
+    /// measure Meshwork rather than the disk.
+    pub data_in_memory: bool,
 }
 
 /// A running etcd server; stopped and its directory removed on drop.
@@ -79,10 +82,14 @@ impl EtcdServer {
     pub fn start_with(options: EtcdOptions) -> Result<Self> {
         paths::find_program("etcd")?;
         paths::find_program("etcdctl")?;
-        let dir = tempfile::Builder::new()
-            .prefix("meshwork-etcd-")
-            .tempdir()
-            .map_err(LabError::io("creating the etcd temp dir"))?;
+        let mut builder = tempfile::Builder::new();
+        builder.prefix("meshwork-etcd-");
+        let dir = if options.data_in_memory && Path::new("/dev/shm").is_dir() {
+            builder.tempdir_in("/dev/shm")
+        } else {
+            builder.tempdir()
+        }
+        .map_err(LabError::io("creating the etcd temp dir"))?;
         let tls = if options.tls {
             Some(EtcdTls::create(&dir.path().join("tls"))?)
         } else {

@@ -36,6 +36,7 @@ pub struct Args {
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let server = EtcdServer::start_with(EtcdOptions {
         max_txn_ops: Some(10_000),
+        data_in_memory: true,
         ..EtcdOptions::default()
     })?;
     let backend = EtcdBackend::connect(

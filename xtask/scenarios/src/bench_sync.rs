@@ -27,6 +27,7 @@ use meshwork_agent_core::clustermesh::{SyncKind, WaitOutcome};
 use meshwork_agent_core::kvstore::{
     EtcdBackend, EtcdConfig, KvstoreMetrics, etcd::DEFAULT_PAGE_SIZE, keys,
 };
+use meshwork_agent_core::types::IpCacheEntry;
 use meshwork_lab::cilium::{Cluster, Sizes};
 use meshwork_lab::etcd::{EtcdOptions, EtcdServer};
 use meshwork_lab::process::LabProcess;
@@ -65,6 +66,9 @@ pub struct Args {
     /// Puts in the propagation figure.
     #[arg(long, default_value_t = 4_000)]
     puts: u32,
+    /// Rounds of the sync figure; medians are reported.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
     /// Remote ipcache entries for the memory figure (spread over the clusters); 0 skips it.
     #[arg(long, default_value_t = 1_000_000)]
     rss_entries: u32,
@@ -85,8 +89,26 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     );
     let (servers, clusters) = start_clusters(args.clusters, sizes).await?;
 
-    let floor = raw_read(&servers, &clusters).await?;
-    let (agent_time, _) = agent_sync(&agent_bin, &servers, &clusters).await?;
+    // Rounds alternate which goes first; medians are reported.
+    let mut floors = Vec::new();
+    let mut agents = Vec::new();
+    for round in 0..args.rounds {
+        if round % 2 == 0 {
+            floors.push(raw_read(&servers, &clusters).await?);
+            agents.push(agent_sync(&agent_bin, &servers, &clusters).await?.0);
+        } else {
+            agents.push(agent_sync(&agent_bin, &servers, &clusters).await?.0);
+            floors.push(raw_read(&servers, &clusters).await?);
+        }
+        println!(
+            "  round {}: raw read {:>7.1} ms   agent → IPIdentitiesSynced {:>7.1} ms",
+            round + 1,
+            ms(floors[round]),
+            ms(agents[round])
+        );
+    }
+    let floor = median(&mut floors);
+    let agent_time = median(&mut agents);
     let ratio = agent_time.as_secs_f64() / floor.as_secs_f64();
     println!(
         "  raw paginated range read of every key, all clusters at once: {:>8.1} ms",
@@ -140,6 +162,7 @@ async fn start_clusters(
         };
         let server = EtcdServer::start_with(EtcdOptions {
             max_txn_ops: Some(10_000),
+            data_in_memory: true,
             name: Some(cluster.name.clone()),
             ..EtcdOptions::default()
         })?;
@@ -284,7 +307,7 @@ async fn propagation(
     rate: u32,
     puts: u32,
 ) -> anyhow::Result<(f64, f64)> {
-    let (tap_tx, mut tap_rx) = mpsc::unbounded_channel::<Arc<str>>();
+    let (tap_tx, mut tap_rx) = mpsc::unbounded_channel::<Arc<IpCacheEntry>>();
     let barrier = SyncBarrierActor::new(SyncBarrier::new(Duration::from_secs(600))).start();
     let state = RemoteStateActor::new(barrier.clone().recipient())
         .with_ipcache_tap(tap_tx)
@@ -324,8 +347,8 @@ async fn propagation(
         let mut seen = HashMap::new();
         while seen.len() < puts as usize {
             match tokio::time::timeout(Duration::from_secs(30), tap_rx.recv()).await {
-                Ok(Some(key)) => {
-                    seen.entry(key.to_string()).or_insert_with(Instant::now);
+                Ok(Some(entry)) => {
+                    seen.entry(entry.key_name()).or_insert_with(Instant::now);
                 }
                 _ => break,
             }
@@ -369,6 +392,11 @@ async fn propagation(
     latencies.sort_by(f64::total_cmp);
     let pick = |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)];
     Ok((pick(0.50), pick(0.99)))
+}
+
+fn median(values: &mut [Duration]) -> Duration {
+    values.sort_unstable();
+    values[values.len() / 2]
 }
 
 fn ms(d: Duration) -> f64 {

@@ -13,15 +13,17 @@ use tokio_util::sync::CancellationToken;
 use super::prefixes::ClusterPrefixes;
 use crate::clustermesh::barrier_actor::BarrierUpdate;
 use crate::clustermesh::events::{
-    IdentityEvent, IdentityForwarder, IpCacheForwarder, NodeForwarder, RemoteEvent,
-    ServiceForwarder,
+    IdentityEvent, IdentityEvents, IdentityForwarder, IpCacheForwarder, NodeForwarder,
+    RemoteEvents, ServiceForwarder,
 };
 use crate::clustermesh::kinds::Resource;
 use crate::clustermesh::status::{EntryCounts, SyncFlags};
 use crate::kvstore::{
     EtcdBackend, KvstoreMetrics, StoreStatus, WatchStore, WatchStoreManager, WatchStoreOptions,
 };
-use crate::types::{IdentityDecoder, IpCacheDecoder, NodeDecoder, ServiceDecoder};
+use crate::types::{
+    IdentityDecoder, IpCacheDecoder, IpCacheEntryDecoder, NodeDecoder, ServiceDecoder,
+};
 
 type Shared<T> = Arc<Mutex<T>>;
 
@@ -31,9 +33,9 @@ pub struct Sinks {
     /// The sync barrier.
     pub barrier: Recipient<BarrierUpdate>,
     /// Nodes, services, ipcache.
-    pub state: Recipient<RemoteEvent>,
+    pub state: Recipient<RemoteEvents>,
     /// Identities.
-    pub identities: Recipient<IdentityEvent>,
+    pub identities: Recipient<IdentityEvents>,
 }
 
 /// The stores of one cluster for one cluster ID.
@@ -45,7 +47,7 @@ pub struct ClusterStores {
     sinks: Sinks,
     nodes: Shared<WatchStore<NodeDecoder, NodeForwarder>>,
     services: Shared<WatchStore<ServiceDecoder, ServiceForwarder>>,
-    ipcache: Shared<WatchStore<IpCacheDecoder, IpCacheForwarder>>,
+    ipcache: Shared<WatchStore<IpCacheEntryDecoder, IpCacheForwarder>>,
     statuses: [Arc<StoreStatus>; 3],
     identities: Arc<StdMutex<Arc<StoreStatus>>>,
     generation: AtomicU64,
@@ -68,22 +70,18 @@ impl ClusterStores {
         };
         let mut nodes = WatchStore::new(
             NodeDecoder::new(cluster, id).with_max_connected_clusters(max_connected_clusters),
-            NodeForwarder {
-                cluster: Arc::clone(&name),
-                to: sinks.state.clone(),
-            },
+            NodeForwarder::new(Arc::clone(&name), sinks.state.clone()),
             options(),
         );
         nodes.on_sync(synced(&sinks.barrier, cluster, Resource::Nodes));
         let last_seq = Arc::new(AtomicU64::new(0));
         let mut services = WatchStore::new(
             ServiceDecoder::new(cluster, id).with_max_connected_clusters(max_connected_clusters),
-            ServiceForwarder {
-                cluster: Arc::clone(&name),
-                to: sinks.state.clone(),
-                last_seq: Arc::clone(&last_seq),
-                shared: Default::default(),
-            },
+            ServiceForwarder::new(
+                Arc::clone(&name),
+                sinks.state.clone(),
+                Arc::clone(&last_seq),
+            ),
             options(),
         );
         let barrier = sinks.barrier.clone();
@@ -95,11 +93,10 @@ impl ClusterStores {
             });
         });
         let mut ipcache = WatchStore::new(
-            IpCacheDecoder::new(id).with_max_connected_clusters(max_connected_clusters),
-            IpCacheForwarder {
-                cluster: Arc::clone(&name),
-                to: sinks.state.clone(),
-            },
+            IpCacheEntryDecoder(
+                IpCacheDecoder::new(id).with_max_connected_clusters(max_connected_clusters),
+            ),
+            IpCacheForwarder::new(Arc::clone(&name), sinks.state.clone()),
             options(),
         );
         ipcache.on_sync(synced(&sinks.barrier, cluster, Resource::IpCache));
@@ -182,15 +179,17 @@ impl ClusterStores {
         let watch = watch.to_owned();
         manager.register(canary, move |cancel: CancellationToken| {
             async move {
-                sinks.identities.do_send(IdentityEvent::Start {
-                    cluster: Arc::clone(&cluster),
+                sinks
+                    .identities
+                    .do_send(IdentityEvents(vec![IdentityEvent::Start {
+                        cluster: Arc::clone(&cluster),
+                        generation,
+                    }]));
+                let forwarder = IdentityForwarder::new(
+                    Arc::clone(&cluster),
                     generation,
-                });
-                let forwarder = IdentityForwarder {
-                    cluster: Arc::clone(&cluster),
-                    generation,
-                    to: sinks.identities.clone(),
-                };
+                    sinks.identities.clone(),
+                );
                 let mut store = WatchStore::new(decoder, forwarder, options);
                 *status_slot
                     .lock()
@@ -201,20 +200,22 @@ impl ClusterStores {
                     Arc::clone(&cluster),
                 );
                 store.on_sync(move || {
-                    identities.do_send(IdentityEvent::ListDone {
+                    identities.do_send(IdentityEvents(vec![IdentityEvent::ListDone {
                         cluster: Arc::clone(&name),
                         generation,
-                    });
+                    }]));
                     barrier.do_send(BarrierUpdate::Synced {
                         cluster: name.to_string(),
                         resource: Resource::Identities,
                     });
                 });
                 store.watch(&backend, &watch, &cancel).await;
-                sinks.identities.do_send(IdentityEvent::Stop {
-                    cluster,
-                    generation,
-                });
+                sinks
+                    .identities
+                    .do_send(IdentityEvents(vec![IdentityEvent::Stop {
+                        cluster,
+                        generation,
+                    }]));
             }
             .boxed()
         });
@@ -226,9 +227,11 @@ impl ClusterStores {
         self.nodes.lock().await.drain();
         self.services.lock().await.drain();
         self.ipcache.lock().await.drain();
-        self.sinks.identities.do_send(IdentityEvent::RemoveCluster {
-            cluster: Arc::clone(&self.cluster),
-        });
+        self.sinks
+            .identities
+            .do_send(IdentityEvents(vec![IdentityEvent::RemoveCluster {
+                cluster: Arc::clone(&self.cluster),
+            }]));
     }
 
     fn identity_status(&self) -> Arc<StoreStatus> {
