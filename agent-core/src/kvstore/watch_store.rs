@@ -126,8 +126,10 @@ struct Entry<V> {
 pub struct WatchStore<D: Decoder, O: Observer<D::Value>> {
     decoder: D,
     observer: O,
-    // Boxed keys: a million of them cost 8 bytes less each than Strings.
-    state: HashMap<Box<str>, Entry<D::Value>>,
+    // Boxed keys: a million of them cost 8 bytes less each than Strings. foldhash: SipHash
+    // showed in profiles of large lists; foldhash is seeded per map, so keys a remote picks
+    // still cannot be aimed at one bucket.
+    state: HashMap<Box<str>, Entry<D::Value>, foldhash::fast::RandomState>,
     on_sync: Vec<OnSync>,
     status: Arc<StoreStatus>,
     options: WatchStoreOptions,
@@ -144,7 +146,7 @@ impl<D: Decoder, O: Observer<D::Value>> WatchStore<D, O> {
         Self {
             decoder,
             observer,
-            state: HashMap::new(),
+            state: HashMap::default(),
             on_sync: Vec::new(),
             status: Arc::default(),
             options,

@@ -197,6 +197,12 @@ impl IpCacheDecoder {
         self
     }
 
+    /// Validates a decoded `pair` found under `key` as a remote entry (see the type docs).
+    pub fn validate(&self, key: &str, pair: &IpIdentityPair) -> Result<(), DecodeError> {
+        self.check(key, pair)
+            .map_err(|message| DecodeError::Invalid(format!("ipcache entry {key}: {message}")))
+    }
+
     fn check(&self, key: &str, pair: &IpIdentityPair) -> Result<(), String> {
         let Some(ip) = pair.ip else {
             return Err("IP is missing".into());
@@ -242,8 +248,7 @@ impl Decoder for IpCacheDecoder {
 
     fn decode(&self, key: &str, value: &[u8]) -> Result<IpIdentityPair, DecodeError> {
         let pair = IpIdentityPair::from_json(value)?;
-        self.check(key, &pair)
-            .map_err(|message| DecodeError::Invalid(format!("ipcache entry {key}: {message}")))?;
+        self.validate(key, &pair)?;
         Ok(pair)
     }
 }

@@ -7,8 +7,9 @@
 
 use std::net::IpAddr;
 
+use super::go_json::{GoIp, GoMask, NullIfEmpty, OmitEmpty, Plain, go_struct};
 use super::ipcache::{IpCacheDecoder, IpIdentityPair, NamedPort};
-use super::net::IpPrefix;
+use super::net::{IpMask, IpPrefix};
 use crate::kvstore::{DecodeError, Decoder};
 
 /// A validated ipcache entry.
@@ -65,6 +66,20 @@ impl IpCacheEntry {
     }
 }
 
+go_struct! {
+    /// The ipcache JSON as the agent reads it: the owner `Metadata` is skipped, not copied.
+    struct IpCacheWire {
+        ip: Option<IpAddr> => "IP" as GoIp,
+        mask: Option<IpMask> => "Mask" as GoMask,
+        host_ip: Option<IpAddr> => "HostIP" as GoIp,
+        id: u32 => "ID",
+        key: u8 => "Key",
+        k8s_namespace: String => "K8sNamespace" as OmitEmpty<Plain>,
+        k8s_pod_name: String => "K8sPodName" as OmitEmpty<Plain>,
+        named_ports: Vec<NamedPort> => "NamedPorts" as OmitEmpty<NullIfEmpty>,
+    }
+}
+
 /// Decodes and validates like [`IpCacheDecoder`], keeping the compact [`IpCacheEntry`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IpCacheEntryDecoder(pub IpCacheDecoder);
@@ -73,7 +88,19 @@ impl Decoder for IpCacheEntryDecoder {
     type Value = IpCacheEntry;
 
     fn decode(&self, key: &str, value: &[u8]) -> Result<IpCacheEntry, DecodeError> {
-        let pair = self.0.decode(key, value)?;
+        let wire = IpCacheWire::from_json(value)?;
+        let pair = IpIdentityPair {
+            ip: wire.ip,
+            mask: wire.mask,
+            host_ip: wire.host_ip,
+            id: wire.id,
+            key: wire.key,
+            k8s_namespace: wire.k8s_namespace,
+            k8s_pod_name: wire.k8s_pod_name,
+            named_ports: wire.named_ports,
+            ..IpIdentityPair::default()
+        };
+        self.0.validate(key, &pair)?;
         IpCacheEntry::from_pair(pair)
             .ok_or_else(|| DecodeError::Invalid(format!("ipcache entry {key}: no valid prefix")))
     }
