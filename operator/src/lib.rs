@@ -7,10 +7,14 @@
 //! - [`allocation`]: Cilium's needed/excess arithmetic, as pure functions.
 //! - [`instances`]: the describe cache (VPCs, subnets, security groups, ENIs per instance).
 //! - [`node_allocator`]: per node, decides the next EC2 action from the cache and executes it.
+//! - [`cilium_node`]: the CiliumNode custom resource, and conversions into it.
+//! - [`node_store`]: where CiliumNodes live (Kubernetes or etcd) and the publishing rule.
 
 pub mod allocation;
+pub mod cilium_node;
 pub mod ec2;
 pub mod instances;
 pub mod limits;
 pub mod model;
 pub mod node_allocator;
+pub mod node_store;
