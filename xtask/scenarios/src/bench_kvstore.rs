@@ -12,8 +12,8 @@ use meshwork_lab::etcd::{EtcdOptions, EtcdServer};
 use tokio_util::sync::CancellationToken;
 
 use crate::floor;
+use crate::measure::{median, ms, peak_rss_mib};
 use crate::mesh_stores::Discard;
-use crate::rss;
 use meshwork_lab::cilium::{Cluster, Sizes};
 
 const GOAL: f64 = 1.30;
@@ -119,7 +119,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     );
     println!(
         "  peak RSS of the benchmark process: {} MiB",
-        rss::peak_rss_mib()
+        peak_rss_mib(None)
     );
     drop(server);
     println!("ratio={ratio:.2} goal={GOAL:.2}");
@@ -172,15 +172,6 @@ async fn store_list(
         status.decode_errors()
     );
     Ok(elapsed)
-}
-
-fn median(values: &mut [Duration]) -> Duration {
-    values.sort_unstable();
-    values[values.len() / 2]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
 }
 
 fn rate(entries: u32, d: Duration) -> f64 {

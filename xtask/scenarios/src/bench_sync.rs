@@ -36,6 +36,7 @@ use meshwork_proto::agent::v1::{
 };
 use tokio::sync::mpsc;
 
+use crate::measure::{median, ms, peak_rss_mib};
 use crate::{binaries, floor};
 
 const RATIO_GOAL: f64 = 1.30;
@@ -285,18 +286,9 @@ async fn agent_sync(
     if response.breaker_fired {
         bail!("the circuit breaker fired: the agent did not sync");
     }
-    let rss = peak_rss_mib(process.pid());
+    let rss = peak_rss_mib(Some(process.pid()));
     process.stop(Duration::from_secs(10));
     Ok((elapsed, rss))
-}
-
-fn peak_rss_mib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map_or(0, |kib| kib / 1024)
 }
 
 /// Puts new ipcache entries into `server` at `rate` per second and times each until the
@@ -392,13 +384,4 @@ async fn propagation(
     latencies.sort_by(f64::total_cmp);
     let pick = |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)];
     Ok((pick(0.50), pick(0.99)))
-}
-
-fn median(values: &mut [Duration]) -> Duration {
-    values.sort_unstable();
-    values[values.len() / 2]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
 }

@@ -11,8 +11,8 @@ mod demo_agent;
 mod demo_stores;
 mod floor;
 mod load;
+mod measure;
 mod mesh_stores;
-mod rss;
 
 use clap::{Parser, Subcommand};
 
