@@ -109,6 +109,8 @@ fn apply<K: std::hash::Hash + Eq, V>(map: &mut HashMap<K, Arc<V>>, key: K, chang
 pub struct RemoteStateActor {
     state: RemoteState,
     barrier: Recipient<BarrierUpdate>,
+    ack_services: bool,
+    subscribers: Vec<Recipient<RemoteEvents>>,
     ipcache_tap: Option<mpsc::UnboundedSender<Arc<IpCacheEntry>>>,
 }
 
@@ -118,8 +120,23 @@ impl RemoteStateActor {
         Self {
             state: RemoteState::default(),
             barrier,
+            ack_services: true,
+            subscribers: Vec::new(),
             ipcache_tap: None,
         }
+    }
+
+    /// Also forwards every batch to `subscriber` (the datapath writer, WireGuard), in order.
+    pub fn with_subscriber(mut self, subscriber: Recipient<RemoteEvents>) -> Self {
+        self.subscribers.push(subscriber);
+        self
+    }
+
+    /// Leaves service acknowledgements to a subscriber that programs services (the datapath
+    /// acknowledges once the backends are written).
+    pub fn without_service_acks(mut self) -> Self {
+        self.ack_services = false;
+        self
     }
 
     /// Also reports every applied ipcache entry on `tap` (benchmarks measure propagation).
@@ -140,6 +157,12 @@ impl Handler<RemoteEvents> for RemoteStateActor {
         for event in &events {
             self.apply(event);
         }
+        if let Some((last, rest)) = self.subscribers.split_last() {
+            for subscriber in rest {
+                subscriber.do_send(RemoteEvents(events.clone()));
+            }
+            last.do_send(RemoteEvents(events));
+        }
     }
 }
 
@@ -147,7 +170,7 @@ impl RemoteStateActor {
     fn apply(&mut self, event: &RemoteEvent) {
         self.state.apply(event);
         match event {
-            RemoteEvent::Service { cluster, seq, .. } => {
+            RemoteEvent::Service { cluster, seq, .. } if self.ack_services => {
                 self.barrier.do_send(BarrierUpdate::ServicesProgrammed {
                     cluster: cluster.to_string(),
                     seq: *seq,
@@ -159,7 +182,7 @@ impl RemoteStateActor {
                     let _ = tap.send(Arc::clone(entry));
                 }
             }
-            RemoteEvent::Node { .. } => {}
+            RemoteEvent::Node { .. } | RemoteEvent::Service { .. } => {}
         }
     }
 }
