@@ -203,3 +203,23 @@ impl Handler<GetContribution> for RemoteStateActor {
         MessageResult(self.state.contribution(&cluster))
     }
 }
+
+/// Resolves once every subscriber has handled every batch forwarded before it: a consumer
+/// that saw a sync latch complete uses it to know the synced entries reached the datapath.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "()")]
+pub struct Settle;
+
+impl Handler<Settle> for RemoteStateActor {
+    type Result = actix::ResponseFuture<()>;
+
+    fn handle(&mut self, _: Settle, _: &mut Context<Self>) -> Self::Result {
+        let subscribers = self.subscribers.clone();
+        Box::pin(async move {
+            // Mailboxes are FIFO: an empty batch is handled after every earlier one.
+            for subscriber in subscribers {
+                let _ = subscriber.send(RemoteEvents(Vec::new())).await;
+            }
+        })
+    }
+}

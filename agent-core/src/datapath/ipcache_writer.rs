@@ -1,0 +1,223 @@
+//! What the ipcache map should hold, and writing the difference in batches. A plain state
+//! machine: the actor feeds it events and flushes it after each batch.
+
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use super::bpf_sys::{self, BatchError};
+use super::ipcache_map::{self, EntryError, IpCacheKey, RemoteEndpointInfo};
+use super::maps::IpCacheMap;
+use crate::types::IpCacheEntry;
+
+/// Who put an entry in the map; only the owner deletes it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Owner {
+    /// A local endpoint, by ID.
+    Endpoint(u64),
+    /// A remote cluster, by name.
+    Cluster(Arc<str>),
+}
+
+/// Outcome counters of the writer, read by metrics and status.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct WriterStats {
+    /// Entries rejected, by [`EntryError::reason`].
+    pub rejected: HashMap<&'static str, u64>,
+    /// Writes refused because the map is full.
+    pub map_full: u64,
+    /// Other write failures.
+    pub write_errors: u64,
+    /// Entries written (upserts) since start.
+    pub written: u64,
+    /// Entries deleted since start.
+    pub deleted: u64,
+}
+
+/// Desired ipcache content and the writes not yet flushed.
+pub struct IpCacheWriter {
+    local_node: Option<IpAddr>,
+    desired: HashMap<IpCacheKey, (Owner, RemoteEndpointInfo)>,
+    pending: HashMap<IpCacheKey, Option<RemoteEndpointInfo>>,
+    batch_supported: bool,
+    write_error: Option<std::io::Error>,
+    stats: WriterStats,
+}
+
+impl IpCacheWriter {
+    /// A writer for a node whose own IP is `local_node` (its entries get tunnel endpoint 0).
+    pub fn new(local_node: Option<IpAddr>) -> Self {
+        Self {
+            local_node,
+            desired: HashMap::new(),
+            pending: HashMap::new(),
+            batch_supported: true,
+            write_error: None,
+            stats: WriterStats::default(),
+        }
+    }
+
+    /// Upserts `entry` for `owner`; a rejected entry is counted and never written.
+    pub fn upsert(&mut self, owner: Owner, entry: &IpCacheEntry) -> Result<(), EntryError> {
+        let (key, value) = ipcache_map::encode(entry, self.local_node).inspect_err(|err| {
+            *self.stats.rejected.entry(err.reason()).or_default() += 1;
+        })?;
+        self.set(owner, key, value);
+        Ok(())
+    }
+
+    /// Upserts an already encoded entry.
+    pub fn set(&mut self, owner: Owner, key: IpCacheKey, value: RemoteEndpointInfo) {
+        let unchanged = self
+            .desired
+            .get(&key)
+            .is_some_and(|(o, v)| *o == owner && *v == value);
+        if !unchanged {
+            self.desired.insert(key, (owner, value));
+            self.pending.insert(key, Some(value));
+        }
+    }
+
+    /// Deletes the entry of `prefix` if `owner` put it there.
+    pub fn delete(&mut self, owner: &Owner, entry: &IpCacheEntry) {
+        let Ok(key) = IpCacheKey::new(entry.prefix.addr(), entry.prefix.prefix_len(), 0) else {
+            return;
+        };
+        self.remove_key(owner, key);
+    }
+
+    /// Deletes `key` if `owner` put it there.
+    pub fn remove_key(&mut self, owner: &Owner, key: IpCacheKey) {
+        if let Entry::Occupied(current) = self.desired.entry(key)
+            && current.get().0 == *owner
+        {
+            current.remove();
+            self.pending.insert(key, None);
+        }
+    }
+
+    /// Deletes everything `owner` contributed (a removed cluster, a deleted endpoint).
+    pub fn remove_owner(&mut self, owner: &Owner) {
+        let keys: Vec<_> = self
+            .desired
+            .iter()
+            .filter(|(_, (o, _))| o == owner)
+            .map(|(k, _)| *k)
+            .collect();
+        for key in keys {
+            self.remove_key(owner, key);
+        }
+    }
+
+    /// Writes the pending changes: upserts in one batched call where the kernel batches this
+    /// map, then deletes. A full map is counted and reported once per flush; the entries that
+    /// did not fit are dropped from the pending set, not retried in a loop.
+    pub fn flush(&mut self, map: &IpCacheMap) -> Result<(), FlushError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let mut keys = Vec::with_capacity(self.pending.len());
+        let mut values = Vec::with_capacity(self.pending.len());
+        let mut deletes = Vec::new();
+        for (key, value) in self.pending.drain() {
+            match value {
+                Some(value) => {
+                    keys.push(key);
+                    values.push(value);
+                }
+                None => deletes.push(key),
+            }
+        }
+        let mut outcome = Ok(());
+        // Deletes first: they free room for the upserts.
+        for key in &deletes {
+            match bpf_sys::delete(map.fd(), key) {
+                Ok(()) => self.stats.deleted += 1,
+                Err(err) => {
+                    self.stats.write_errors += 1;
+                    outcome = Err(FlushError::Write(err));
+                }
+            }
+        }
+        let written = self.write_upserts(map, &keys, &values);
+        self.stats.written += written as u64;
+        if written < keys.len() {
+            let err = self.write_error.take().unwrap_or_else(|| {
+                std::io::Error::other("the batched update stopped without an error")
+            });
+            let failed = keys.len() - written;
+            if err.raw_os_error() == Some(libc::ENOSPC) || err.raw_os_error() == Some(libc::E2BIG)
+            {
+                self.stats.map_full += failed as u64;
+                // Not desired any more: a later flush must not re-send them forever.
+                for key in &keys[written..] {
+                    self.desired.remove(key);
+                }
+                return Err(FlushError::MapFull { failed });
+            }
+            self.stats.write_errors += failed as u64;
+            outcome = Err(FlushError::Write(err));
+        }
+        outcome
+    }
+
+    fn write_upserts(
+        &mut self,
+        map: &IpCacheMap,
+        keys: &[IpCacheKey],
+        values: &[RemoteEndpointInfo],
+    ) -> usize {
+        if self.batch_supported {
+            match bpf_sys::update_batch(map.fd(), keys, values) {
+                Ok(()) => return keys.len(),
+                Err(BatchError::Unsupported(_)) => self.batch_supported = false,
+                Err(BatchError::Failed { done, error }) => {
+                    self.write_error = Some(error);
+                    return done;
+                }
+            }
+        }
+        for (done, (key, value)) in keys.iter().zip(values).enumerate() {
+            if let Err(error) = bpf_sys::update(map.fd(), key, value) {
+                self.write_error = Some(error);
+                return done;
+            }
+        }
+        keys.len()
+    }
+
+    /// Entries the map should hold now.
+    pub fn len(&self) -> usize {
+        self.desired.len()
+    }
+
+    /// True when the map should be empty.
+    pub fn is_empty(&self) -> bool {
+        self.desired.is_empty()
+    }
+
+    /// Whether `key` is desired, and by whom.
+    pub fn owner(&self, key: &IpCacheKey) -> Option<&Owner> {
+        self.desired.get(key).map(|(o, _)| o)
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &WriterStats {
+        &self.stats
+    }
+}
+
+/// Why a flush did not write everything.
+#[derive(Debug, thiserror::Error)]
+pub enum FlushError {
+    /// The map is full; `failed` entries were not written.
+    #[error("the ipcache map is full: {failed} entries not written")]
+    MapFull {
+        /// Entries not written.
+        failed: usize,
+    },
+    /// A write failed.
+    #[error("writing the ipcache map: {0}")]
+    Write(std::io::Error),
+}

@@ -1,0 +1,154 @@
+//! `DatapathWriter`: the actor that owns the ipcache map. It writes remote entries as the
+//! stores deliver them and local endpoint entries as the endpoint manager declares them,
+//! flushing once per batch.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use actix::{Actor, Context, Handler, Message, MessageResult};
+
+use super::ipcache_map::{IpCacheKey, RemoteEndpointInfo};
+use super::ipcache_writer::{FlushError, IpCacheWriter, Owner, WriterStats};
+use super::maps::IpCacheMap;
+use crate::clustermesh::events::{Change, RemoteEvent, RemoteEvents};
+
+/// The actor; see the module docs.
+pub struct DatapathWriter {
+    writer: IpCacheWriter,
+    map: IpCacheMap,
+    last_error: Option<String>,
+}
+
+impl DatapathWriter {
+    /// A writer of `map` (freshly recreated at start) for the node whose IP is `local_node`.
+    pub fn new(map: IpCacheMap, local_node: Option<IpAddr>) -> Self {
+        Self {
+            writer: IpCacheWriter::new(local_node),
+            map,
+            last_error: None,
+        }
+    }
+
+    fn flush(&mut self) {
+        match self.writer.flush(&self.map) {
+            Ok(()) => {}
+            Err(err @ FlushError::MapFull { .. }) => {
+                // Reported, not retried: a full map needs an operator, not a busy loop.
+                tracing::error!(%err, "ipcache map full; entries dropped until space frees up");
+                self.last_error = Some(err.to_string());
+            }
+            Err(err) => {
+                tracing::error!(%err, "ipcache write failed");
+                self.last_error = Some(err.to_string());
+            }
+        }
+    }
+}
+
+impl Actor for DatapathWriter {
+    type Context = Context<Self>;
+}
+
+impl Handler<RemoteEvents> for DatapathWriter {
+    type Result = ();
+
+    fn handle(&mut self, RemoteEvents(events): RemoteEvents, _: &mut Context<Self>) {
+        for event in &events {
+            let RemoteEvent::IpCache {
+                cluster, change, ..
+            } = event
+            else {
+                continue;
+            };
+            let owner = Owner::Cluster(cluster.clone());
+            match change {
+                Change::Upsert(entry) => {
+                    if let Err(err) = self.writer.upsert(owner, entry) {
+                        tracing::warn!(cluster = %cluster, %err, "ipcache entry rejected");
+                    }
+                }
+                Change::Delete(entry) => self.writer.delete(&owner, entry),
+            }
+        }
+        self.flush();
+    }
+}
+
+/// Sets the ipcache entries of a local endpoint (replacing its earlier ones).
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct SetLocalEndpoint {
+    /// The endpoint.
+    pub id: u64,
+    /// Its IPs (host entries).
+    pub ips: Vec<IpAddr>,
+    /// Its identity.
+    pub identity: u32,
+}
+
+impl Handler<SetLocalEndpoint> for DatapathWriter {
+    type Result = ();
+
+    fn handle(&mut self, msg: SetLocalEndpoint, _: &mut Context<Self>) {
+        let owner = Owner::Endpoint(msg.id);
+        self.writer.remove_owner(&owner);
+        for ip in msg.ips {
+            let len = if ip.is_ipv4() { 32 } else { 128 };
+            match IpCacheKey::new(ip, len, 0) {
+                Ok(key) if msg.identity != 0 => self.writer.set(
+                    owner.clone(),
+                    key,
+                    RemoteEndpointInfo::new(msg.identity, None, 0),
+                ),
+                _ => tracing::warn!(endpoint = msg.id, %ip, "local ipcache entry rejected"),
+            }
+        }
+        self.flush();
+    }
+}
+
+/// Removes a deleted endpoint's entries.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "()")]
+pub struct RemoveLocalEndpoint(pub u64);
+
+impl Handler<RemoveLocalEndpoint> for DatapathWriter {
+    type Result = ();
+
+    fn handle(&mut self, RemoveLocalEndpoint(id): RemoveLocalEndpoint, _: &mut Context<Self>) {
+        self.writer.remove_owner(&Owner::Endpoint(id));
+        self.flush();
+    }
+}
+
+/// What the writer has done, for status and metrics.
+#[derive(Debug, Clone, Default)]
+pub struct WriterReport {
+    /// Entries the map holds.
+    pub entries: usize,
+    /// Counters.
+    pub stats: WriterStats,
+    /// The last write error, if any.
+    pub last_error: Option<String>,
+    /// Rejections by reason, sorted.
+    pub rejected: BTreeMap<&'static str, u64>,
+}
+
+/// Asks for a [`WriterReport`].
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "WriterReport")]
+pub struct GetWriterReport;
+
+impl Handler<GetWriterReport> for DatapathWriter {
+    type Result = MessageResult<GetWriterReport>;
+
+    fn handle(&mut self, _: GetWriterReport, _: &mut Context<Self>) -> Self::Result {
+        let stats = self.writer.stats().clone();
+        MessageResult(WriterReport {
+            entries: self.writer.len(),
+            rejected: stats.rejected.iter().map(|(k, v)| (*k, *v)).collect(),
+            stats,
+            last_error: self.last_error.clone(),
+        })
+    }
+}

@@ -1,0 +1,102 @@
+//! The ipcache writer against real pinned BPF maps on bpffs.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+
+use meshwork_agent_core::datapath::ipcache_map::{IpCacheKey, RemoteEndpointInfo};
+use meshwork_agent_core::datapath::ipcache_writer::{FlushError, IpCacheWriter, Owner};
+use meshwork_agent_core::datapath::maps::PinDir;
+use meshwork_agent_core::types::{IpCacheEntry, IpIdentityPair};
+use meshwork_lab::bpffs::BpfRoot;
+
+fn entry(ip: &str, host: Option<&str>, id: u32) -> IpCacheEntry {
+    IpCacheEntry::from_pair(IpIdentityPair {
+        ip: Some(ip.parse().unwrap()),
+        host_ip: host.map(|h| h.parse().unwrap()),
+        id,
+        ..IpIdentityPair::default()
+    })
+    .unwrap()
+}
+
+fn cluster(name: &str) -> Owner {
+    Owner::Cluster(Arc::from(name))
+}
+
+#[test]
+fn writer_fills_the_pinned_map_in_cilium_layout_and_deletes_only_its_own() {
+    let root = BpfRoot::new().unwrap();
+    let pins = PinDir::under(root.path());
+    let map = pins.recreate_ipcache().unwrap();
+    let local_node: IpAddr = "10.213.0.1".parse().unwrap();
+    let mut writer = IpCacheWriter::new(Some(local_node));
+    for i in 0..200u32 {
+        let ip = format!("10.214.2.{}", i % 250);
+        let host = if i % 2 == 0 { "10.213.0.2" } else { "10.213.0.1" };
+        writer
+            .upsert(cluster("b"), &entry(&ip, Some(host), 70_000 + i))
+            .unwrap();
+    }
+    writer.flush(&map).unwrap();
+    // Reopening through the pin sees what the writer wrote.
+    let entries = pins.open_ipcache().unwrap().entries().unwrap();
+    assert_eq!(entries.len(), 200);
+    let key = IpCacheKey::parse("10.214.2.4", 0).unwrap();
+    let (_, value) = entries.iter().find(|(k, _)| *k == key).unwrap();
+    assert_eq!(
+        *value,
+        RemoteEndpointInfo::new(70_004, Some(Ipv4Addr::new(10, 213, 0, 2)), 0)
+    );
+    let key = IpCacheKey::parse("10.214.2.5", 0).unwrap();
+    let (_, value) = entries.iter().find(|(k, _)| *k == key).unwrap();
+    assert_eq!(value.tunnel(), None, "the local node's entries have tunnel 0");
+
+    // Another cluster's delete of the same prefix is ignored; the owner's delete applies.
+    writer.delete(&cluster("c"), &entry("10.214.2.4", None, 1));
+    writer.flush(&map).unwrap();
+    assert_eq!(map.entries().unwrap().len(), 200);
+    writer.delete(&cluster("b"), &entry("10.214.2.4", None, 1));
+    writer.flush(&map).unwrap();
+    assert_eq!(map.entries().unwrap().len(), 199);
+    assert_eq!(writer.stats().deleted, 1);
+
+    // A restart recreates the map empty at the same pin; the old one is gone from bpffs.
+    let fresh = pins.recreate_ipcache().unwrap();
+    assert!(fresh.entries().unwrap().is_empty());
+}
+
+#[test]
+fn bad_entries_are_counted_and_never_written() {
+    let root = BpfRoot::new().unwrap();
+    let pins = PinDir::under(root.path());
+    let map = pins.recreate_ipcache().unwrap();
+    let mut writer = IpCacheWriter::new(None);
+    let err = writer.upsert(cluster("b"), &entry("10.214.2.9", None, 0)).unwrap_err();
+    assert!(err.to_string().contains("identity 0"), "{err}");
+    writer.upsert(cluster("b"), &entry("10.214.2.10", None, 5)).unwrap();
+    writer.flush(&map).unwrap();
+    assert_eq!(writer.stats().rejected.get("zero_identity"), Some(&1));
+    let entries = map.entries().unwrap();
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0].1.sec_identity, 5);
+}
+
+#[test]
+fn a_full_map_is_reported_once_and_not_retried() {
+    let root = BpfRoot::new().unwrap();
+    let pins = PinDir::under(root.path());
+    let map = pins.recreate_ipcache_sized(10).unwrap();
+    let mut writer = IpCacheWriter::new(None);
+    for i in 0..15u32 {
+        writer
+            .upsert(cluster("b"), &entry(&format!("10.214.3.{i}"), None, 100 + i))
+            .unwrap();
+    }
+    let err = writer.flush(&map).unwrap_err();
+    assert!(matches!(err, FlushError::MapFull { failed: 5 }), "{err}");
+    assert_eq!(writer.stats().map_full, 5);
+    assert_eq!(map.entries().unwrap().len(), 10);
+    // Nothing is pending: the next flush does not hammer the full map again.
+    writer.flush(&map).unwrap();
+    assert_eq!(writer.stats().map_full, 5);
+}
