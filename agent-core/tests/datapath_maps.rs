@@ -32,7 +32,11 @@ fn writer_fills_the_pinned_map_in_cilium_layout_and_deletes_only_its_own() {
     let mut writer = IpCacheWriter::new(Some(local_node));
     for i in 0..200u32 {
         let ip = format!("10.214.2.{}", i % 250);
-        let host = if i % 2 == 0 { "10.213.0.2" } else { "10.213.0.1" };
+        let host = if i % 2 == 0 {
+            "10.213.0.2"
+        } else {
+            "10.213.0.1"
+        };
         writer
             .upsert(cluster("b"), &entry(&ip, Some(host), 70_000 + i))
             .unwrap();
@@ -49,7 +53,11 @@ fn writer_fills_the_pinned_map_in_cilium_layout_and_deletes_only_its_own() {
     );
     let key = IpCacheKey::parse("10.214.2.5", 0).unwrap();
     let (_, value) = entries.iter().find(|(k, _)| *k == key).unwrap();
-    assert_eq!(value.tunnel(), None, "the local node's entries have tunnel 0");
+    assert_eq!(
+        value.tunnel(),
+        None,
+        "the local node's entries have tunnel 0"
+    );
 
     // Another cluster's delete of the same prefix is ignored; the owner's delete applies.
     writer.delete(&cluster("c"), &entry("10.214.2.4", None, 1));
@@ -71,9 +79,13 @@ fn bad_entries_are_counted_and_never_written() {
     let pins = PinDir::under(root.path());
     let map = pins.recreate_ipcache().unwrap();
     let mut writer = IpCacheWriter::new(None);
-    let err = writer.upsert(cluster("b"), &entry("10.214.2.9", None, 0)).unwrap_err();
+    let err = writer
+        .upsert(cluster("b"), &entry("10.214.2.9", None, 0))
+        .unwrap_err();
     assert!(err.to_string().contains("identity 0"), "{err}");
-    writer.upsert(cluster("b"), &entry("10.214.2.10", None, 5)).unwrap();
+    writer
+        .upsert(cluster("b"), &entry("10.214.2.10", None, 5))
+        .unwrap();
     writer.flush(&map).unwrap();
     assert_eq!(writer.stats().rejected.get("zero_identity"), Some(&1));
     let entries = map.entries().unwrap();
@@ -89,7 +101,10 @@ fn a_full_map_is_reported_once_and_not_retried() {
     let mut writer = IpCacheWriter::new(None);
     for i in 0..15u32 {
         writer
-            .upsert(cluster("b"), &entry(&format!("10.214.3.{i}"), None, 100 + i))
+            .upsert(
+                cluster("b"),
+                &entry(&format!("10.214.3.{i}"), None, 100 + i),
+            )
             .unwrap();
     }
     let err = writer.flush(&map).unwrap_err();

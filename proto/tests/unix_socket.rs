@@ -20,6 +20,7 @@ struct FakeAgent;
 impl Agent for FakeAgent {
     async fn status(&self, _: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
         Ok(Response::new(StatusResponse {
+            datapath: None,
             clustermesh: Some(ClusterMeshStatus {
                 ready: 1,
                 total: 1,

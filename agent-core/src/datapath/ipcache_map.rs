@@ -146,7 +146,9 @@ impl IpCacheKey {
         if self.family == FAMILY_IPV6 {
             IpAddr::V6(Ipv6Addr::from(self.ip))
         } else {
-            IpAddr::V4(Ipv4Addr::new(self.ip[0], self.ip[1], self.ip[2], self.ip[3]))
+            IpAddr::V4(Ipv4Addr::new(
+                self.ip[0], self.ip[1], self.ip[2], self.ip[3],
+            ))
         }
     }
 }
@@ -201,11 +203,19 @@ pub fn encode(
 }
 
 fn mask_u32(len: u8) -> u32 {
-    if len == 0 { 0 } else { u32::MAX << (32 - u32::from(len)) }
+    if len == 0 {
+        0
+    } else {
+        u32::MAX << (32 - u32::from(len))
+    }
 }
 
 fn mask_u128(len: u8) -> u128 {
-    if len == 0 { 0 } else { u128::MAX << (128 - u32::from(len)) }
+    if len == 0 {
+        0
+    } else {
+        u128::MAX << (128 - u32::from(len))
+    }
 }
 
 #[cfg(test)]

@@ -147,8 +147,7 @@ impl IpCacheWriter {
                 std::io::Error::other("the batched update stopped without an error")
             });
             let failed = keys.len() - written;
-            if err.raw_os_error() == Some(libc::ENOSPC) || err.raw_os_error() == Some(libc::E2BIG)
-            {
+            if err.raw_os_error() == Some(libc::ENOSPC) || err.raw_os_error() == Some(libc::E2BIG) {
                 self.stats.map_full += failed as u64;
                 // Not desired any more: a later flush must not re-send them forever.
                 for key in &keys[written..] {

@@ -78,11 +78,15 @@ pub fn load_and_attach(
     allowed: &[u32],
 ) -> Result<(), ProgramError> {
     let mut ebpf = pins.load_object()?;
-    let policy = ebpf.map_mut(POLICY_MAP).ok_or(ProgramError::Missing(POLICY_MAP))?;
+    let policy = ebpf
+        .map_mut(POLICY_MAP)
+        .ok_or(ProgramError::Missing(POLICY_MAP))?;
     let mut policy: BpfHashMap<_, u32, u8> =
         BpfHashMap::try_from(policy).map_err(ProgramError::Policy)?;
     for identity in allowed {
-        policy.insert(identity, 1, 0).map_err(ProgramError::Policy)?;
+        policy
+            .insert(identity, 1, 0)
+            .map_err(ProgramError::Policy)?;
     }
     let program: &mut SchedClassifier = ebpf
         .program_mut(PROGRAM)
@@ -162,7 +166,10 @@ pub fn detach(at: &AttachPoint) -> Result<(), ProgramError> {
 
 /// Runs `f` on a thread that joined `netns` (a thread's namespace is its own; the agent's
 /// other threads stay where they are).
-fn in_netns<T: Send>(netns: Option<&Path>, f: impl FnOnce() -> T + Send) -> Result<T, ProgramError> {
+fn in_netns<T: Send>(
+    netns: Option<&Path>,
+    f: impl FnOnce() -> T + Send,
+) -> Result<T, ProgramError> {
     let Some(path) = netns else {
         return Ok(f());
     };

@@ -10,12 +10,16 @@ use meshwork_agent_core::clustermesh::{SyncKind, WaitError, WaitOutcome};
 use meshwork_proto::agent::v1 as pb;
 use tonic::{Request, Response, Status};
 
+use crate::datapath::Datapath;
+
 /// Serves the API from the mesh and the barrier actors.
 pub struct LocalApi {
     /// The cluster mesh.
     pub mesh: Addr<ClusterMesh>,
     /// The sync barrier.
     pub barrier: Addr<SyncBarrierActor>,
+    /// The BPF datapath, when enabled.
+    pub datapath: Option<Datapath>,
 }
 
 #[tonic::async_trait]
@@ -29,8 +33,13 @@ impl pb::agent_server::Agent for LocalApi {
             .send(GetMeshStatus)
             .await
             .map_err(|_| Status::unavailable("the agent is shutting down"))?;
+        let datapath = match &self.datapath {
+            Some(datapath) => Some(datapath.status().await),
+            None => None,
+        };
         Ok(Response::new(pb::StatusResponse {
             clustermesh: Some(mesh_status(&statuses)),
+            datapath,
         }))
     }
 

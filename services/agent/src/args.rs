@@ -1,6 +1,6 @@
 //! The agent's flags; names and defaults follow Cilium's where Cilium has them.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -40,6 +40,30 @@ pub struct Args {
     /// Unix socket of the local API (default: `<state-dir>/agent.sock`).
     #[arg(long, value_name = "PATH")]
     pub api_socket: Option<PathBuf>,
+
+    /// Root of the BPF filesystem; maps are pinned under `<root>/tc/globals/`.
+    #[arg(long, default_value = "/sys/fs/bpf", value_name = "DIR")]
+    pub bpf_root: PathBuf,
+
+    /// Run the BPF datapath (ipcache map, endpoint programs). `false` runs the control plane
+    /// alone (benchmarks of the sync path, machines without bpffs).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub enable_bpf_datapath: bool,
+
+    /// How long restored endpoints wait for every remote cluster's ipcache, identities and
+    /// nodes before they regenerate anyway (warning once: expect possible disruption of
+    /// cross-cluster connections). `0s` does not wait.
+    #[arg(long, default_value = "1m", value_parser = humantime::parse_duration)]
+    pub clustermesh_ip_identities_sync_timeout: Duration,
+
+    /// IPsec is on: the host endpoint regenerates first, synchronously, and the wait above is
+    /// capped at 5 s.
+    #[arg(long)]
+    pub enable_ipsec: bool,
+
+    /// This node's IP: ipcache entries hosted on it get tunnel endpoint 0.
+    #[arg(long, value_name = "IP")]
+    pub node_ip: Option<IpAddr>,
 
     /// Address of the Prometheus metrics endpoint (`/metrics`); empty disables it.
     #[arg(long, default_value = "127.0.0.1:9962", value_name = "ADDR")]

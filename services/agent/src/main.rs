@@ -3,6 +3,7 @@
 
 mod api;
 mod args;
+mod datapath;
 mod metrics_server;
 mod run;
 

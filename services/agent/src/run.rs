@@ -15,12 +15,14 @@ use meshwork_agent_core::clustermesh::remote_cluster::stores::Sinks;
 use meshwork_agent_core::clustermesh::remote_state::RemoteStateActor;
 use meshwork_agent_core::kvstore::KvstoreMetrics;
 use meshwork_proto::agent::v1::agent_server::AgentServer;
+use meshwork_proto::agent::v1::datapath_server::DatapathServer;
 use prometheus_client::registry::Registry;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
 use crate::api::LocalApi;
 use crate::args::Args;
+use crate::datapath::Datapath;
 use crate::metrics_server::{self, MetricsState};
 
 /// Runs the agent until SIGTERM or SIGINT.
@@ -41,11 +43,20 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let mesh_metrics = Arc::new(MeshMetrics::register(&mut registry));
 
     let barrier = SyncBarrierActor::new(SyncBarrier::new(args.clustermesh_sync_timeout)).start();
-    let state = RemoteStateActor::new(barrier.clone().recipient()).start();
+    let mut datapath = if args.enable_bpf_datapath {
+        Some(Datapath::start_writer(&args)?)
+    } else {
+        None
+    };
+    let mut state = RemoteStateActor::new(barrier.clone().recipient());
+    if let Some(datapath) = &datapath {
+        state = state.with_subscriber(datapath.writer.clone().recipient());
+    }
+    let state = state.start();
     let identities = IdentityCacheActor::default().start();
     let sinks = Sinks {
         barrier: barrier.clone().recipient(),
-        state: state.recipient(),
+        state: state.clone().recipient(),
         identities: identities.recipient(),
     };
     let mut settings = MeshSettings::new(args.cluster_name.clone());
@@ -58,6 +69,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
         ConfigDirWatcher::new(dir_state, mesh.clone().recipient()).start();
     }
+    // After the configured clusters are known: the restore wait snapshots them.
+    if let Some(datapath) = &mut datapath {
+        datapath.start_endpoints(&args, barrier.clone(), state.clone().recipient());
+    }
 
     let shutdown = CancellationToken::new();
     let api = serve_api(
@@ -65,6 +80,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         LocalApi {
             mesh: mesh.clone(),
             barrier,
+            datapath: datapath.clone(),
         },
         shutdown.clone(),
     )?;
@@ -121,9 +137,11 @@ fn serve_api(
     let listener = tokio::net::UnixListener::bind(&path)
         .with_context(|| format!("binding the API socket {}", path.display()))?;
     let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+    let datapath = api.datapath.clone().map(DatapathServer::new);
     Ok(tokio::spawn(async move {
         let served = tonic::transport::Server::builder()
             .add_service(AgentServer::new(api))
+            .add_optional_service(datapath)
             .serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned())
             .await;
         if let Err(err) = served {

@@ -125,6 +125,7 @@ fn agent_status_json_metrics_drain_and_sigterm() {
             "--clustermesh-config",
         ])
         .arg(&config)
+        .arg("--enable-bpf-datapath=false")
         .arg("--state-dir")
         .arg(dir.path().join("state"))
         .arg("--api-socket")

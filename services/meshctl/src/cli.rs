@@ -45,6 +45,79 @@ pub enum Command {
     /// endpoints (ipcache) have synced, how many entries of each the agent holds, its
     /// connection failures (with the last one's time) and its last error.
     Status(StatusArgs),
+    /// Inspect the BPF maps directly on bpffs (no agent needed).
+    #[command(subcommand)]
+    Bpf(BpfCommand),
+    /// List, add or delete the agent's local endpoints.
+    #[command(subcommand)]
+    Endpoint(EndpointCommand),
+}
+
+/// `meshctl bpf …`.
+#[derive(Debug, Subcommand)]
+pub enum BpfCommand {
+    /// The ipcache map.
+    #[command(subcommand)]
+    Ipcache(IpcacheCommand),
+}
+
+/// `meshctl bpf ipcache …`.
+#[derive(Debug, Subcommand)]
+pub enum IpcacheCommand {
+    /// Every entry of the pinned `cilium_ipcache`: prefix, identity, encryption key, tunnel
+    /// endpoint (0.0.0.0: the local node) and cluster ID, like `cilium-dbg bpf ipcache list`.
+    List {
+        /// The agent's --bpf-root.
+        #[arg(long, default_value = "/sys/fs/bpf", value_name = "DIR")]
+        bpf_root: PathBuf,
+        /// One line of JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `meshctl endpoint …`.
+#[derive(Debug, Subcommand)]
+pub enum EndpointCommand {
+    /// Every endpoint with its state (waiting-for-sync, ready, failed) and generation.
+    List {
+        /// One line of JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Create or replace an endpoint; the agent persists it and attaches its program.
+    Add(EndpointAddArgs),
+    /// Delete an endpoint: its program is detached and its ipcache entries removed.
+    Delete {
+        /// The endpoint's ID.
+        id: u64,
+    },
+}
+
+/// `meshctl endpoint add`.
+#[derive(Debug, Args)]
+pub struct EndpointAddArgs {
+    /// Unique, non-zero ID.
+    #[arg(long)]
+    pub id: u64,
+    /// The host side of the endpoint's veth.
+    #[arg(long)]
+    pub interface: String,
+    /// The network namespace holding the interface (e.g. /run/netns/node-a).
+    #[arg(long, value_name = "PATH")]
+    pub netns: Option<PathBuf>,
+    /// An IP of the endpoint (repeat for more).
+    #[arg(long, required = true)]
+    pub ip: Vec<String>,
+    /// The endpoint's security identity.
+    #[arg(long)]
+    pub identity: u32,
+    /// A destination identity it may reach (repeat for more); all else is dropped.
+    #[arg(long)]
+    pub allow: Vec<u32>,
+    /// This is the host endpoint.
+    #[arg(long)]
+    pub host: bool,
 }
 
 /// `meshctl status`.

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::anyhow;
 use meshwork_proto::agent::v1::agent_client::AgentClient;
-use meshwork_proto::agent::v1::{ClusterMeshStatus, StatusRequest};
+use meshwork_proto::agent::v1::{ClusterMeshStatus, StatusRequest, StatusResponse};
 use meshwork_proto::{ConnectError, connect_unix_with};
 use tonic::Code;
 use tonic::transport::{Channel, Endpoint};
@@ -32,6 +32,31 @@ impl Agent {
 
     /// The agent's cluster mesh status (empty when the agent reports none).
     pub async fn status(&mut self) -> anyhow::Result<ClusterMeshStatus> {
+        Ok(self.full_status().await?.clustermesh.unwrap_or_default())
+    }
+
+    /// A channel to the agent, for the other services on its socket.
+    pub async fn channel(&self) -> anyhow::Result<Channel> {
+        let endpoint = Endpoint::from_static("http://[::]:50051")
+            .connect_timeout(CONNECT_TIMEOUT)
+            .timeout(CALL_TIMEOUT);
+        connect_unix_with(endpoint, &self.socket)
+            .await
+            .map_err(|err| connect_error(&err))
+    }
+
+    /// Maps a failed call of `rpc` to an error an on-call engineer can act on.
+    pub fn call_error(&self, rpc: &str, status: &tonic::Status) -> anyhow::Error {
+        match status.code() {
+            Code::InvalidArgument | Code::Internal | Code::NotFound => {
+                anyhow!("{rpc}: {}", status.message())
+            }
+            _ => call_error(&self.socket, status),
+        }
+    }
+
+    /// The agent's whole status.
+    pub async fn full_status(&mut self) -> anyhow::Result<StatusResponse> {
         let client = match &mut self.client {
             Some(client) => client,
             None => {
@@ -48,7 +73,7 @@ impl Agent {
             .status(StatusRequest {})
             .await
             .map_err(|status| call_error(&self.socket, &status))?;
-        Ok(reply.into_inner().clustermesh.unwrap_or_default())
+        Ok(reply.into_inner())
     }
 }
 

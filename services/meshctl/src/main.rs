@@ -3,13 +3,15 @@
 
 mod cli;
 mod client;
+mod datapath;
 mod status;
 
 use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::cli::{Cli, Command};
+use crate::cli::{BpfCommand, Cli, Command, EndpointCommand, IpcacheCommand};
+use crate::client::Agent;
 
 /// Exit status when the agent could not be reached or answered with an error (clap uses 2
 /// for usage errors, `status --wait` 1 for a timeout).
@@ -20,6 +22,18 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Status(args) => status::run(&cli.socket, &args).await,
+        Command::Bpf(BpfCommand::Ipcache(IpcacheCommand::List { bpf_root, json })) => {
+            datapath::ipcache_list(&bpf_root, json).map(|()| ExitCode::SUCCESS)
+        }
+        Command::Endpoint(command) => {
+            let agent = Agent::new(&cli.socket);
+            match command {
+                EndpointCommand::List { json } => datapath::endpoint_list(&agent, json).await,
+                EndpointCommand::Add(args) => datapath::endpoint_add(&agent, &args).await,
+                EndpointCommand::Delete { id } => datapath::endpoint_delete(&agent, id).await,
+            }
+            .map(|()| ExitCode::SUCCESS)
+        }
     };
     result.unwrap_or_else(|err| {
         eprintln!("meshctl: {err:#}");

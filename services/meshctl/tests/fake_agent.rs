@@ -56,6 +56,7 @@ impl Agent for FakeAgent {
         let call = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
         let b_ready = call >= self.ready_from;
         Ok(Response::new(StatusResponse {
+            datapath: None,
             clustermesh: Some(ClusterMeshStatus {
                 ready: 1 + u32::from(b_ready),
                 total: 2,

@@ -252,6 +252,7 @@ async fn agent_sync(
         ])
         .arg("--clustermesh-config")
         .arg(&config)
+        .arg("--enable-bpf-datapath=false")
         .arg("--state-dir")
         .arg(dir.path().join("state"))
         .arg("--api-socket")

@@ -80,6 +80,7 @@ async fn run_in(
         .args(["--cluster-id", &LOCAL_CLUSTER_ID.to_string()])
         .arg("--clustermesh-config")
         .arg(&config_dir)
+        .arg("--enable-bpf-datapath=false")
         .arg("--state-dir")
         .arg(dir.join("state"))
         .arg("--api-socket")

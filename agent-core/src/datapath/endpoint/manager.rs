@@ -118,7 +118,11 @@ impl EndpointManager {
                 endpoint.state = EndpointState::Ready;
                 endpoint.generation += 1;
                 endpoint.regenerated_at = Some(SystemTime::now());
-                tracing::info!(endpoint = id, generation = endpoint.generation, "endpoint regenerated");
+                tracing::info!(
+                    endpoint = id,
+                    generation = endpoint.generation,
+                    "endpoint regenerated"
+                );
             }
             Err(err) => {
                 tracing::error!(endpoint = id, %err, "endpoint regeneration failed");
@@ -238,7 +242,11 @@ pub struct DeleteEndpoint(pub u64);
 impl Handler<DeleteEndpoint> for EndpointManager {
     type Result = Result<bool, String>;
 
-    fn handle(&mut self, DeleteEndpoint(id): DeleteEndpoint, _: &mut Context<Self>) -> Self::Result {
+    fn handle(
+        &mut self,
+        DeleteEndpoint(id): DeleteEndpoint,
+        _: &mut Context<Self>,
+    ) -> Self::Result {
         self.store.remove(id).map_err(|e| e.to_string())?;
         let Some(endpoint) = self.endpoints.remove(&id) else {
             return Ok(false);

@@ -20,10 +20,13 @@ pub struct RestorePlan {
 }
 
 /// Plans the regeneration of `restored` endpoints.
-pub fn restore_plan(restored: &[EndpointSpec], enable_ipsec: bool, timeout: Duration) -> RestorePlan {
-    let (immediate, after_wait): (Vec<_>, Vec<_>) = restored
-        .iter()
-        .partition(|spec| enable_ipsec && spec.host);
+pub fn restore_plan(
+    restored: &[EndpointSpec],
+    enable_ipsec: bool,
+    timeout: Duration,
+) -> RestorePlan {
+    let (immediate, after_wait): (Vec<_>, Vec<_>) =
+        restored.iter().partition(|spec| enable_ipsec && spec.host);
     RestorePlan {
         immediate: immediate.iter().map(|s| s.id).collect(),
         after_wait: after_wait.iter().map(|s| s.id).collect(),
@@ -59,7 +62,13 @@ mod tests {
             // (ipsec, timeout, immediate, after, wait)
             (false, minute, vec![], vec![1, 2, 3], minute),
             (true, minute, vec![1], vec![2, 3], IPSEC_WAIT_CAP),
-            (true, Duration::from_secs(2), vec![1], vec![2, 3], Duration::from_secs(2)),
+            (
+                true,
+                Duration::from_secs(2),
+                vec![1],
+                vec![2, 3],
+                Duration::from_secs(2),
+            ),
             (false, Duration::ZERO, vec![], vec![1, 2, 3], Duration::ZERO),
         ];
         for (ipsec, timeout, immediate, after_wait, wait_timeout) in cases {

@@ -45,12 +45,7 @@ pub enum SpecError {
 impl EndpointSpec {
     /// Checks the fields a program needs.
     pub fn validate(&self) -> Result<(), SpecError> {
-        let invalid = |what| {
-            Err(SpecError::Invalid {
-                id: self.id,
-                what,
-            })
-        };
+        let invalid = |what| Err(SpecError::Invalid { id: self.id, what });
         if self.id == 0 {
             return invalid("the ID must not be 0");
         }

@@ -23,8 +23,13 @@ const EXIT_NOT_READY: u8 = 1;
 pub async fn run(socket: &Path, args: &StatusArgs) -> anyhow::Result<ExitCode> {
     let mut agent = Agent::new(socket);
     if !args.wait {
-        let view = StatusView::from(&agent.status().await?);
+        let status = agent.full_status().await?;
+        let view = StatusView::from(&status.clustermesh.clone().unwrap_or_default());
         print(&view, args.json)?;
+        // The JSON shape is fixed to the cluster mesh; the datapath shows in the human view.
+        if let (false, Some(datapath)) = (args.json, &status.datapath) {
+            print_text(&crate::datapath::render_status(datapath))?;
+        }
         return Ok(ExitCode::SUCCESS);
     }
     match wait::wait(&mut agent, args.timeout).await {
@@ -50,6 +55,11 @@ fn print(view: &StatusView, json: bool) -> io::Result<()> {
     } else {
         render::render(&view.clustermesh, SystemTime::now())
     };
+    print_text(&text)
+}
+
+/// Writes `text` to stdout.
+pub fn print_text(text: &str) -> io::Result<()> {
     match io::stdout().lock().write_all(text.as_bytes()) {
         // `meshctl status | head` closing the pipe early is not an error.
         Err(err) if err.kind() == io::ErrorKind::BrokenPipe => Ok(()),
