@@ -32,6 +32,10 @@ enum Command {
     /// Run setup, then the demo: a real meshwork-agent against three etcd clusters in Cilium's
     /// layout, `meshctl status` converging, then a cluster removed and drained.
     Demo,
+    /// Run setup, then the no-drop proof: two clusters, a TCP stream between their pods through
+    /// the BPF endpoint program, an agent restart while the remote is late — with the bounded
+    /// wait and without it. Ends with `drops_with_wait=… drops_without_wait=… stream_gaps_with_wait=…`.
+    Proof,
     /// Run setup, then a benchmark (release build) against its floor in the same run.
     Bench {
         /// Which benchmark.
@@ -58,6 +62,10 @@ fn main() -> anyhow::Result<()> {
         Command::Demo => {
             setup::run()?;
             cargo::run_scenario(false, &["demo"])
+        }
+        Command::Proof => {
+            setup::run()?;
+            cargo::run_scenario(false, &["proof"])
         }
         Command::Bench { name, args } => {
             setup::run()?;

@@ -138,7 +138,7 @@ impl PinDir {
 
 fn open_pinned(path: &Path, name: &'static str) -> Result<Map, MapsError> {
     let data = MapData::from_pin(path).map_err(|source| MapsError::Map { name, source })?;
-    Ok(Map::from_map_data(data).map_err(|source| MapsError::Map { name, source })?)
+    Map::from_map_data(data).map_err(|source| MapsError::Map { name, source })
 }
 
 /// The ipcache LPM trie, opened through aya.

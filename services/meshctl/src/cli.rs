@@ -164,11 +164,15 @@ mod tests {
     #[test]
     fn timeout_parses_human_durations_and_needs_wait() {
         let cli = Cli::try_parse_from(["meshctl", "status", "--wait", "--timeout", "2m"]).unwrap();
-        let Command::Status(args) = cli.command;
+        let Command::Status(args) = cli.command else {
+            panic!("not status")
+        };
         assert_eq!(args.timeout, Duration::from_secs(120));
 
         let cli = Cli::try_parse_from(["meshctl", "status"]).unwrap();
-        let Command::Status(args) = cli.command;
+        let Command::Status(args) = cli.command else {
+            panic!("not status")
+        };
         assert_eq!(args.timeout, Duration::from_secs(300));
 
         assert!(Cli::try_parse_from(["meshctl", "status", "--timeout", "2m"]).is_err());

@@ -48,7 +48,7 @@ pub fn ipcache_list(bpf_root: &Path, json: bool) -> anyhow::Result<()> {
         out = serde_json::to_string(&rows)?;
         out.push('\n');
     } else {
-        let _ = writeln!(out, "{:<44} {}", "IP PREFIX/ADDRESS", "IDENTITY");
+        let _ = writeln!(out, "{:<44} IDENTITY", "IP PREFIX/ADDRESS");
         for r in &rows {
             let _ = writeln!(
                 out,

@@ -13,6 +13,7 @@ mod floor;
 mod load;
 mod measure;
 mod mesh_stores;
+mod proof;
 
 use clap::{Parser, Subcommand};
 
@@ -29,6 +30,9 @@ enum Command {
     /// Three etcd clusters in Cilium's layout, watched by a real meshwork-agent: meshctl
     /// status shows it converge, then one cluster's config file is removed and drained.
     Demo(demo::Args),
+    /// The no-drop proof: restart an agent while a remote cluster is late; with the bounded
+    /// wait nothing drops, without it (0s) the endpoint program drops.
+    Proof(proof::Args),
     /// A benchmark against its physical floor, measured in the same run.
     #[command(subcommand)]
     Bench(Bench),
@@ -57,6 +61,7 @@ fn main() -> anyhow::Result<()> {
         .build()?;
     match cli.command {
         Command::Demo(args) => runtime.block_on(demo::run(args)),
+        Command::Proof(args) => runtime.block_on(proof::run(args)),
         Command::Bench(Bench::Kvstore(args)) => runtime.block_on(bench_kvstore::run(args)),
         Command::Bench(Bench::Sync(args)) => {
             drop(runtime);

@@ -1,0 +1,186 @@
+//! One proof agent: a real `meshwork-agent` process with its own state dir, bpffs root and
+//! clustermesh config, and its gRPC API.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use meshwork_agent_core::datapath::drops;
+use meshwork_agent_core::datapath::ipcache_map::IpCacheKey;
+use meshwork_agent_core::datapath::maps::PinDir;
+use meshwork_lab::bpffs::BpfRoot;
+use meshwork_lab::process::LabProcess;
+use meshwork_proto::agent::v1 as pb;
+use meshwork_proto::agent::v1::agent_client::AgentClient;
+use meshwork_proto::agent::v1::datapath_client::DatapathClient;
+
+use super::poll_until;
+use crate::binaries::Binaries;
+
+/// A proof agent's fixed parts (kept across its restarts).
+pub struct ProofAgent {
+    /// The local cluster's name.
+    pub cluster: String,
+    cluster_id: u32,
+    dir: PathBuf,
+    bpf: BpfRoot,
+    process: Option<LabProcess>,
+    starts: u32,
+}
+
+impl ProofAgent {
+    /// An agent of `cluster` watching the remote `remote` at `remote_endpoint`.
+    pub fn new(
+        dir: &Path,
+        cluster: &str,
+        cluster_id: u32,
+        remote: &str,
+        remote_endpoint: &str,
+    ) -> anyhow::Result<Self> {
+        let dir = dir.join(cluster);
+        let config = dir.join("clustermesh");
+        std::fs::create_dir_all(&config)?;
+        std::fs::write(
+            config.join(remote),
+            format!("endpoints:\n- {remote_endpoint}\n"),
+        )?;
+        Ok(Self {
+            cluster: cluster.to_owned(),
+            cluster_id,
+            dir,
+            bpf: BpfRoot::new()?,
+            process: None,
+            starts: 0,
+        })
+    }
+
+    /// The API socket.
+    pub fn socket(&self) -> PathBuf {
+        self.dir.join("agent.sock")
+    }
+
+    /// Where its maps are pinned.
+    pub fn pins(&self) -> PinDir {
+        PinDir::under(self.bpf.path())
+    }
+
+    /// Starts the agent with `--clustermesh-ip-identities-sync-timeout=<wait>` and waits for
+    /// its API.
+    pub async fn start(&mut self, binaries: &Binaries, wait_timeout: &str) -> anyhow::Result<()> {
+        self.starts += 1;
+        let mut command = std::process::Command::new(&binaries.agent);
+        command
+            .args(["--cluster-name", &self.cluster])
+            .args(["--cluster-id", &self.cluster_id.to_string()])
+            .arg("--clustermesh-config")
+            .arg(self.dir.join("clustermesh"))
+            .arg("--state-dir")
+            .arg(self.dir.join("state"))
+            .arg("--api-socket")
+            .arg(self.socket())
+            .arg("--bpf-root")
+            .arg(self.bpf.path())
+            .arg(format!(
+                "--clustermesh-ip-identities-sync-timeout={wait_timeout}"
+            ))
+            .args(["--prometheus-serve-addr", ""])
+            .env("NO_COLOR", "1");
+        let log = self.dir.join(format!("agent-{}.log", self.starts));
+        let process = LabProcess::spawn("meshwork-agent", command, &log)?;
+        self.process = Some(process);
+        let socket = self.socket();
+        poll_until("the agent's API", Duration::from_secs(20), || {
+            let socket = socket.clone();
+            async move { status(&socket).await.ok() }
+        })
+        .await
+        .with_context(|| {
+            format!(
+                "agent {} did not serve its API; log {}",
+                self.cluster,
+                log.display()
+            )
+        })?;
+        Ok(())
+    }
+
+    /// SIGTERM, then waits for the exit.
+    pub fn stop(&mut self) {
+        if let Some(mut process) = self.process.take() {
+            process.stop(Duration::from_secs(10));
+        }
+    }
+
+    /// The log of the current run.
+    pub fn log_tail(&self) -> String {
+        self.process
+            .as_ref()
+            .map(LabProcess::log_tail)
+            .unwrap_or_default()
+    }
+
+    /// Adds an endpoint through the API.
+    pub async fn add_endpoint(&self, endpoint: pb::Endpoint) -> anyhow::Result<()> {
+        let channel = meshwork_proto::connect_unix(&self.socket()).await?;
+        DatapathClient::new(channel)
+            .put_endpoint(pb::PutEndpointRequest {
+                endpoint: Some(endpoint),
+            })
+            .await
+            .context("PutEndpoint")?;
+        Ok(())
+    }
+
+    /// The endpoint `id`'s (state, generation).
+    pub async fn endpoint(&self, id: u64) -> anyhow::Result<Option<(String, u64)>> {
+        let channel = meshwork_proto::connect_unix(&self.socket()).await?;
+        let list = DatapathClient::new(channel)
+            .list_endpoints(pb::ListEndpointsRequest {})
+            .await?
+            .into_inner();
+        Ok(list
+            .endpoints
+            .into_iter()
+            .find(|e| e.endpoint.as_ref().is_some_and(|e| e.id == id))
+            .map(|e| (e.state, e.generation)))
+    }
+
+    /// Whether every remote cluster is ready.
+    pub async fn mesh_ready(&self) -> bool {
+        status(&self.socket())
+            .await
+            .ok()
+            .and_then(|s| s.clustermesh)
+            .is_some_and(|m| m.total > 0 && m.ready == m.total)
+    }
+
+    /// Total drops of its endpoint programs.
+    pub fn drops(&self) -> anyhow::Result<u64> {
+        Ok(drops::total(&drops::read(&self.pins())?))
+    }
+
+    /// Whether the pinned ipcache holds `ip` now.
+    pub fn ipcache_has(&self, ip: &str) -> anyhow::Result<bool> {
+        let key = IpCacheKey::parse(ip, 0)?;
+        Ok(self
+            .pins()
+            .open_ipcache()?
+            .entries()?
+            .iter()
+            .any(|(k, _)| *k == key))
+    }
+}
+
+impl Drop for ProofAgent {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+async fn status(socket: &Path) -> anyhow::Result<pb::StatusResponse> {
+    let channel = meshwork_proto::connect_unix(socket).await?;
+    Ok(AgentClient::new(channel)
+        .status(pb::StatusRequest {})
+        .await?
+        .into_inner())
+}
