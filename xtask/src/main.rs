@@ -53,6 +53,8 @@ enum Bench {
     Kvstore,
     /// 4 remote clusters synced by a real agent vs raw reads; propagation p99; RSS at 1M.
     Sync,
+    /// ipcache inserts through the DatapathWriter vs a raw bpf(2) loop; time to regenerate.
+    Datapath,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -72,6 +74,7 @@ fn main() -> anyhow::Result<()> {
             let name = match name {
                 Bench::Kvstore => "kvstore",
                 Bench::Sync => "sync",
+                Bench::Datapath => "datapath",
             };
             let mut scenario = vec!["bench", name];
             scenario.extend(args.iter().map(String::as_str));

@@ -149,7 +149,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn start_clusters(
+pub(crate) async fn start_clusters(
     count: u32,
     sizes: Sizes,
 ) -> anyhow::Result<(Vec<EtcdServer>, Vec<Cluster>)> {
@@ -195,7 +195,7 @@ async fn connect(server: &EtcdServer) -> anyhow::Result<EtcdBackend> {
 }
 
 /// Every key the agent reads, read raw: all clusters and prefixes at once, pages in sequence.
-async fn raw_read(servers: &[EtcdServer], clusters: &[Cluster]) -> anyhow::Result<Duration> {
+pub(crate) async fn raw_read(servers: &[EtcdServer], clusters: &[Cluster]) -> anyhow::Result<Duration> {
     let mut reads = Vec::new();
     for (server, cluster) in servers.iter().zip(clusters) {
         let backend = connect(server).await?;

@@ -3,6 +3,7 @@
 //! Run through `cargo xtask demo` and `cargo xtask bench <name>`, which install what is
 //! missing first.
 
+mod bench_datapath;
 mod bench_kvstore;
 mod bench_sync;
 mod binaries;
@@ -44,6 +45,9 @@ enum Bench {
     Kvstore(bench_kvstore::Args),
     /// Remote clusters synced by a real agent vs raw reads; propagation latency; peak RSS.
     Sync(bench_sync::Args),
+    /// ipcache inserts through the DatapathWriter vs a raw bpf(2) loop; agent start to
+    /// restored endpoints regenerated vs the raw read floor.
+    Datapath(bench_datapath::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -63,6 +67,16 @@ fn main() -> anyhow::Result<()> {
         Command::Demo(args) => runtime.block_on(demo::run(args)),
         Command::Proof(args) => runtime.block_on(proof::run(args)),
         Command::Bench(Bench::Kvstore(args)) => runtime.block_on(bench_kvstore::run(args)),
+        Command::Bench(Bench::Datapath(args)) => {
+            drop(runtime);
+            actix_rt::System::with_tokio_rt(|| {
+                tokio::runtime::Builder::new_multi_thread()
+                    .enable_all()
+                    .build()
+                    .expect("a tokio runtime")
+            })
+            .block_on(bench_datapath::run(args))
+        }
         Command::Bench(Bench::Sync(args)) => {
             drop(runtime);
             // The in-process part runs the agent's actors: they need an actix system.
