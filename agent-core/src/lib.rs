@@ -3,9 +3,11 @@
 //! - [`clustermesh`]: remote clusters, the sync barrier, the remote state they feed.
 //! - [`kvstore`]: the etcd backend, the restartable watch store and the canary-gated watch
 //!   store manager — Cilium's `pkg/kvstore/store` semantics.
+//! - [`wireguard`]: peers for remote nodes over a WireGuard device, kept across restarts.
 //! - [`types`]: Cilium's kvstore objects (node, service, identity, ipcache pair, cluster
 //!   config), read the way Go reads JSON and written with Go's field names.
 
 pub mod clustermesh;
 pub mod kvstore;
 pub mod types;
+pub mod wireguard;
