@@ -5,6 +5,7 @@ mod api;
 mod args;
 mod metrics_server;
 mod run;
+mod wireguard;
 
 use clap::Parser;
 

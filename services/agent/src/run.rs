@@ -15,6 +15,7 @@ use meshwork_agent_core::clustermesh::remote_cluster::stores::Sinks;
 use meshwork_agent_core::clustermesh::remote_state::RemoteStateActor;
 use meshwork_agent_core::kvstore::KvstoreMetrics;
 use meshwork_proto::agent::v1::agent_server::AgentServer;
+use meshwork_proto::agent::v1::encrypt_server::EncryptServer;
 use prometheus_client::registry::Registry;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
@@ -41,7 +42,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let mesh_metrics = Arc::new(MeshMetrics::register(&mut registry));
 
     let barrier = SyncBarrierActor::new(SyncBarrier::new(args.clustermesh_sync_timeout)).start();
-    let state = RemoteStateActor::new(barrier.clone().recipient()).start();
+    let wireguard = crate::wireguard::start(&args.wireguard, &args.state_dir)?;
+    let state = RemoteStateActor::new(barrier.clone().recipient());
+    let state = crate::wireguard::subscribe(state, wireguard.as_ref()).start();
     let identities = IdentityCacheActor::default().start();
     let sinks = Sinks {
         barrier: barrier.clone().recipient(),
@@ -58,6 +61,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
         ConfigDirWatcher::new(dir_state, mesh.clone().recipient()).start();
     }
+    crate::wireguard::arm(wireguard.as_ref(), &barrier);
 
     let shutdown = CancellationToken::new();
     let api = serve_api(
@@ -66,6 +70,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             mesh: mesh.clone(),
             barrier,
         },
+        crate::wireguard::EncryptApi(wireguard),
         shutdown.clone(),
     )?;
     let metrics = match args.metrics_addr()? {
@@ -107,6 +112,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 fn serve_api(
     args: &Args,
     api: LocalApi,
+    encrypt: crate::wireguard::EncryptApi,
     shutdown: CancellationToken,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
     let path = args.api_socket();
@@ -124,6 +130,7 @@ fn serve_api(
     Ok(tokio::spawn(async move {
         let served = tonic::transport::Server::builder()
             .add_service(AgentServer::new(api))
+            .add_service(EncryptServer::new(encrypt))
             .serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned())
             .await;
         if let Err(err) = served {

@@ -45,6 +45,22 @@ pub enum Command {
     /// endpoints (ipcache) have synced, how many entries of each the agent holds, its
     /// connection failures (with the last one's time) and its last error.
     Status(StatusArgs),
+    /// Transparent encryption (WireGuard).
+    #[command(subcommand)]
+    Encrypt(EncryptCommand),
+}
+
+/// `meshctl encrypt`.
+#[derive(Debug, Subcommand)]
+pub enum EncryptCommand {
+    /// Show the WireGuard device (name, public key, listen port), each peer (node, endpoint,
+    /// allowed IPs, last handshake, bytes received/sent) and restored peers still awaiting
+    /// garbage collection with the wait that blocks them.
+    Status {
+        /// Print the status as one line of JSON instead of the human view.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// `meshctl status`.
@@ -91,11 +107,15 @@ mod tests {
     #[test]
     fn timeout_parses_human_durations_and_needs_wait() {
         let cli = Cli::try_parse_from(["meshctl", "status", "--wait", "--timeout", "2m"]).unwrap();
-        let Command::Status(args) = cli.command;
+        let Command::Status(args) = cli.command else {
+            panic!("status expected")
+        };
         assert_eq!(args.timeout, Duration::from_secs(120));
 
         let cli = Cli::try_parse_from(["meshctl", "status"]).unwrap();
-        let Command::Status(args) = cli.command;
+        let Command::Status(args) = cli.command else {
+            panic!("status expected")
+        };
         assert_eq!(args.timeout, Duration::from_secs(300));
 
         assert!(Cli::try_parse_from(["meshctl", "status", "--timeout", "2m"]).is_err());

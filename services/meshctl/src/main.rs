@@ -3,6 +3,7 @@
 
 mod cli;
 mod client;
+mod encrypt;
 mod status;
 
 use std::process::ExitCode;
@@ -20,6 +21,7 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Status(args) => status::run(&cli.socket, &args).await,
+        Command::Encrypt(command) => encrypt::run(&cli.socket, &command).await,
     };
     result.unwrap_or_else(|err| {
         eprintln!("meshctl: {err:#}");
