@@ -49,6 +49,8 @@ enum Bench {
     Kvstore,
     /// 4 remote clusters synced by a real agent vs raw reads; propagation p99; RSS at 1M.
     Sync,
+    /// 5,000 remote-node peers through the WireGuard actor vs one raw UAPI set.
+    Wireguard,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -64,6 +66,7 @@ fn main() -> anyhow::Result<()> {
             let name = match name {
                 Bench::Kvstore => "kvstore",
                 Bench::Sync => "sync",
+                Bench::Wireguard => "wireguard",
             };
             let mut scenario = vec!["bench", name];
             scenario.extend(args.iter().map(String::as_str));

@@ -5,6 +5,7 @@
 
 mod bench_kvstore;
 mod bench_sync;
+mod bench_wireguard;
 mod binaries;
 mod demo;
 mod demo_agent;
@@ -40,6 +41,8 @@ enum Bench {
     Kvstore(bench_kvstore::Args),
     /// Remote clusters synced by a real agent vs raw reads; propagation latency; peak RSS.
     Sync(bench_sync::Args),
+    /// 5,000 remote-node peers reconciled through the WireGuard actor vs one raw UAPI set.
+    Wireguard(bench_wireguard::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -58,6 +61,17 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Demo(args) => runtime.block_on(demo::run(args)),
         Command::Bench(Bench::Kvstore(args)) => runtime.block_on(bench_kvstore::run(args)),
+        Command::Bench(Bench::Wireguard(args)) => {
+            drop(runtime);
+            // The actor needs an actix system.
+            actix_rt::System::with_tokio_rt(|| {
+                tokio::runtime::Builder::new_multi_thread()
+                    .enable_all()
+                    .build()
+                    .expect("a tokio runtime")
+            })
+            .block_on(bench_wireguard::run(args))
+        }
         Command::Bench(Bench::Sync(args)) => {
             drop(runtime);
             // The in-process part runs the agent's actors: they need an actix system.
