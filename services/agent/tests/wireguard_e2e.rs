@@ -275,7 +275,7 @@ fn tunnel_survives_an_agent_restart_during_a_partition_and_gc_removes_only_the_d
     let restarted = agent.until("the restarted agent", |s| s["device_up"] == true);
     assert_eq!(
         peer_keys(&restarted),
-        sorted(vec![key_b.public_key().to_base64(), gone_key.clone()]),
+        sorted(vec![key_b.public_key().to_base64(), gone_key]),
         "restored peers stay while the remote is unreachable"
     );
     let waits: Vec<&str> = restarted["pending_gc"]
