@@ -7,6 +7,7 @@ use std::error::Error;
 const PROTOS: &[&str] = &[
     "meshwork/agent/v1/agent.proto",
     "meshwork/agent/v1/datapath.proto",
+    "meshwork/agent/v1/encrypt.proto",
 ];
 
 fn main() -> Result<(), Box<dyn Error>> {

@@ -4,6 +4,7 @@
 //! - [`datapath`]: the BPF endpoint program, the pinned maps, the writer and the endpoints.
 //! - [`kvstore`]: the etcd backend, the restartable watch store and the canary-gated watch
 //!   store manager — Cilium's `pkg/kvstore/store` semantics.
+//! - [`wireguard`]: peers for remote nodes over a WireGuard device, kept across restarts.
 //! - [`types`]: Cilium's kvstore objects (node, service, identity, ipcache pair, cluster
 //!   config), read the way Go reads JSON and written with Go's field names.
 
@@ -11,3 +12,4 @@ pub mod clustermesh;
 pub mod datapath;
 pub mod kvstore;
 pub mod types;
+pub mod wireguard;

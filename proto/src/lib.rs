@@ -3,7 +3,8 @@
 //!
 //! - [`agent::v1`]: the agent's local API (`meshwork.agent.v1.Agent`), served on a unix
 //!   socket for `meshctl`: [`agent::v1::agent_client::AgentClient`] and
-//!   [`agent::v1::agent_server::AgentServer`].
+//!   [`agent::v1::agent_server::AgentServer`]; its WireGuard status
+//!   (`meshwork.agent.v1.Encrypt`): [`agent::v1::encrypt_client::EncryptClient`].
 //! - [`connect_unix`]: a tonic [`Channel`](tonic::transport::Channel) to a unix socket.
 
 mod unix;

@@ -55,6 +55,8 @@ enum Bench {
     Sync,
     /// ipcache inserts through the DatapathWriter vs a raw bpf(2) loop; time to regenerate.
     Datapath,
+    /// 5,000 remote-node peers through the WireGuard actor vs one raw UAPI set.
+    Wireguard,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -75,6 +77,7 @@ fn main() -> anyhow::Result<()> {
                 Bench::Kvstore => "kvstore",
                 Bench::Sync => "sync",
                 Bench::Datapath => "datapath",
+                Bench::Wireguard => "wireguard",
             };
             let mut scenario = vec!["bench", name];
             scenario.extend(args.iter().map(String::as_str));

@@ -112,7 +112,7 @@ impl IpMask {
 /// On the wire (node CIDR fields) it is Cilium's legacy `*cidr.CIDR` encoding, the promoted
 /// fields of Go's `net.IPNet`: `{"IP":"10.244.1.0","Mask":"////AA=="}`. Reading also accepts
 /// the string form `"10.244.1.0/24"` that newer Cilium versions will switch to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct IpPrefix {
     addr: IpAddr,
     len: u8,

@@ -68,6 +68,10 @@ pub struct Args {
     /// Address of the Prometheus metrics endpoint (`/metrics`); empty disables it.
     #[arg(long, default_value = "127.0.0.1:9962", value_name = "ADDR")]
     pub prometheus_serve_addr: String,
+
+    /// WireGuard.
+    #[command(flatten)]
+    pub wireguard: crate::wireguard::WireguardArgs,
 }
 
 impl Args {

@@ -6,6 +6,7 @@ mod args;
 mod datapath;
 mod metrics_server;
 mod run;
+mod wireguard;
 
 use clap::Parser;
 

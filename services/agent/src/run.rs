@@ -16,6 +16,7 @@ use meshwork_agent_core::clustermesh::remote_state::RemoteStateActor;
 use meshwork_agent_core::kvstore::KvstoreMetrics;
 use meshwork_proto::agent::v1::agent_server::AgentServer;
 use meshwork_proto::agent::v1::datapath_server::DatapathServer;
+use meshwork_proto::agent::v1::encrypt_server::EncryptServer;
 use prometheus_client::registry::Registry;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
@@ -52,7 +53,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     if let Some(datapath) = &datapath {
         state = state.with_subscriber(datapath.writer.clone().recipient());
     }
-    let state = state.start();
+    let wireguard = crate::wireguard::start(&args.wireguard, &args.state_dir)?;
+    let state = crate::wireguard::subscribe(state, wireguard.as_ref()).start();
     let identities = IdentityCacheActor::default().start();
     let sinks = Sinks {
         barrier: barrier.clone().recipient(),
@@ -73,6 +75,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     if let Some(datapath) = &mut datapath {
         datapath.start_endpoints(&args, barrier.clone(), state.clone().recipient());
     }
+    crate::wireguard::arm(wireguard.as_ref(), &barrier);
 
     let shutdown = CancellationToken::new();
     let api = serve_api(
@@ -82,6 +85,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             barrier,
             datapath: datapath.clone(),
         },
+        crate::wireguard::EncryptApi(wireguard),
         shutdown.clone(),
     )?;
     let metrics = match args.metrics_addr()? {
@@ -123,6 +127,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 fn serve_api(
     args: &Args,
     api: LocalApi,
+    encrypt: crate::wireguard::EncryptApi,
     shutdown: CancellationToken,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
     let path = args.api_socket();
@@ -142,6 +147,7 @@ fn serve_api(
         let served = tonic::transport::Server::builder()
             .add_service(AgentServer::new(api))
             .add_optional_service(datapath)
+            .add_service(EncryptServer::new(encrypt))
             .serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned())
             .await;
         if let Err(err) = served {

@@ -51,6 +51,9 @@ pub enum Command {
     /// List, add or delete the agent's local endpoints.
     #[command(subcommand)]
     Endpoint(EndpointCommand),
+    /// Transparent encryption (WireGuard).
+    #[command(subcommand)]
+    Encrypt(EncryptCommand),
 }
 
 /// `meshctl bpf …`.
@@ -120,6 +123,19 @@ pub struct EndpointAddArgs {
     pub host: bool,
 }
 
+/// `meshctl encrypt`.
+#[derive(Debug, Subcommand)]
+pub enum EncryptCommand {
+    /// Show the WireGuard device (name, public key, listen port), each peer (node, endpoint,
+    /// allowed IPs, last handshake, bytes received/sent) and restored peers still awaiting
+    /// garbage collection with the wait that blocks them.
+    Status {
+        /// Print the status as one line of JSON instead of the human view.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
 /// `meshctl status`.
 #[derive(Debug, Args)]
 #[command(
@@ -165,13 +181,13 @@ mod tests {
     fn timeout_parses_human_durations_and_needs_wait() {
         let cli = Cli::try_parse_from(["meshctl", "status", "--wait", "--timeout", "2m"]).unwrap();
         let Command::Status(args) = cli.command else {
-            panic!("not status")
+            panic!("status expected")
         };
         assert_eq!(args.timeout, Duration::from_secs(120));
 
         let cli = Cli::try_parse_from(["meshctl", "status"]).unwrap();
         let Command::Status(args) = cli.command else {
-            panic!("not status")
+            panic!("status expected")
         };
         assert_eq!(args.timeout, Duration::from_secs(300));
 

@@ -12,8 +12,8 @@ use tonic::Code;
 use tonic::transport::{Channel, Endpoint};
 
 /// Status is a snapshot: an agent that takes longer than this is stuck.
-const CALL_TIMEOUT: Duration = Duration::from_secs(10);
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A connection to the agent's API, made on first use and again after a failed connect.
 pub struct Agent {
@@ -84,7 +84,7 @@ fn unreachable(socket: &Path, reason: &str) -> anyhow::Error {
     )
 }
 
-fn connect_error(err: &ConnectError) -> anyhow::Error {
+pub(crate) fn connect_error(err: &ConnectError) -> anyhow::Error {
     match err {
         ConnectError::Socket { path, source } => {
             let reason = match source.kind() {
@@ -105,7 +105,7 @@ fn connect_error(err: &ConnectError) -> anyhow::Error {
     }
 }
 
-fn call_error(socket: &Path, status: &tonic::Status) -> anyhow::Error {
+pub(crate) fn call_error(socket: &Path, status: &tonic::Status) -> anyhow::Error {
     let path = socket.display();
     match status.code() {
         Code::Unavailable => unreachable(socket, status.message()),

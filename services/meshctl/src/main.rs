@@ -4,6 +4,7 @@
 mod cli;
 mod client;
 mod datapath;
+mod encrypt;
 mod status;
 
 use std::process::ExitCode;
@@ -34,6 +35,7 @@ async fn main() -> ExitCode {
             }
             .map(|()| ExitCode::SUCCESS)
         }
+        Command::Encrypt(command) => encrypt::run(&cli.socket, &command).await,
     };
     result.unwrap_or_else(|err| {
         eprintln!("meshctl: {err:#}");

@@ -157,7 +157,11 @@ async fn through_writer(entries: &[Arc<IpCacheEntry>]) -> anyhow::Result<Duratio
     let report = writer.send(GetWriterReport).await?;
     let elapsed = started.elapsed();
     if report.entries != entries.len() || report.stats.written != entries.len() as u64 {
-        bail!("the writer wrote {} of {} entries", report.stats.written, entries.len());
+        bail!(
+            "the writer wrote {} of {} entries",
+            report.stats.written,
+            entries.len()
+        );
     }
     Ok(elapsed)
 }
@@ -214,7 +218,10 @@ async fn regeneration(
     loop {
         process.check_running()?;
         if started.elapsed() > Duration::from_secs(300) {
-            bail!("the endpoint did not regenerate; log:\n{}", process.log_tail());
+            bail!(
+                "the endpoint did not regenerate; log:\n{}",
+                process.log_tail()
+            );
         }
         if let Ok(channel) = meshwork_proto::connect_unix(&socket).await
             && let Ok(list) = DatapathClient::new(channel)

@@ -195,7 +195,10 @@ async fn connect(server: &EtcdServer) -> anyhow::Result<EtcdBackend> {
 }
 
 /// Every key the agent reads, read raw: all clusters and prefixes at once, pages in sequence.
-pub(crate) async fn raw_read(servers: &[EtcdServer], clusters: &[Cluster]) -> anyhow::Result<Duration> {
+pub(crate) async fn raw_read(
+    servers: &[EtcdServer],
+    clusters: &[Cluster],
+) -> anyhow::Result<Duration> {
     let mut reads = Vec::new();
     for (server, cluster) in servers.iter().zip(clusters) {
         let backend = connect(server).await?;

@@ -6,6 +6,7 @@
 mod bench_datapath;
 mod bench_kvstore;
 mod bench_sync;
+mod bench_wireguard;
 mod binaries;
 mod demo;
 mod demo_agent;
@@ -48,6 +49,8 @@ enum Bench {
     /// ipcache inserts through the DatapathWriter vs a raw bpf(2) loop; agent start to
     /// restored endpoints regenerated vs the raw read floor.
     Datapath(bench_datapath::Args),
+    /// 5,000 remote-node peers reconciled through the WireGuard actor vs one raw UAPI set.
+    Wireguard(bench_wireguard::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -67,26 +70,23 @@ fn main() -> anyhow::Result<()> {
         Command::Demo(args) => runtime.block_on(demo::run(args)),
         Command::Proof(args) => runtime.block_on(proof::run(args)),
         Command::Bench(Bench::Kvstore(args)) => runtime.block_on(bench_kvstore::run(args)),
-        Command::Bench(Bench::Datapath(args)) => {
-            drop(runtime);
-            actix_rt::System::with_tokio_rt(|| {
-                tokio::runtime::Builder::new_multi_thread()
-                    .enable_all()
-                    .build()
-                    .expect("a tokio runtime")
-            })
-            .block_on(bench_datapath::run(args))
-        }
-        Command::Bench(Bench::Sync(args)) => {
-            drop(runtime);
-            // The in-process part runs the agent's actors: they need an actix system.
-            actix_rt::System::with_tokio_rt(|| {
-                tokio::runtime::Builder::new_multi_thread()
-                    .enable_all()
-                    .build()
-                    .expect("a tokio runtime")
-            })
-            .block_on(bench_sync::run(args))
-        }
+        Command::Bench(Bench::Datapath(args)) => with_actix(runtime, bench_datapath::run(args)),
+        Command::Bench(Bench::Wireguard(args)) => with_actix(runtime, bench_wireguard::run(args)),
+        Command::Bench(Bench::Sync(args)) => with_actix(runtime, bench_sync::run(args)),
     }
+}
+
+/// Runs `scenario` in an actix system: the in-process parts run the agent's actors.
+fn with_actix(
+    runtime: tokio::runtime::Runtime,
+    scenario: impl Future<Output = anyhow::Result<()>>,
+) -> anyhow::Result<()> {
+    drop(runtime);
+    actix_rt::System::with_tokio_rt(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .expect("a tokio runtime")
+    })
+    .block_on(scenario)
 }

@@ -1,0 +1,453 @@
+//! WireGuard end to end: the real agent and meshctl binaries, real wireguard-go devices in lab
+//! network namespaces (unique device names), real etcd for the remote cluster.
+//!
+//! Topology: namespaces `a` (the agent's node, cluster c1) and `b` (node `n1` of cluster
+//! c2) on a switch, 10.213.0.1 and 10.213.0.2; pod ranges 10.214.1.0/24 and 10.214.2.0/24
+//! routed over the WireGuard devices. The agent runs in the root namespace and talks to its
+//! device only through the UAPI socket; nothing in the root namespace connects to a lab
+//! address.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use meshwork_agent_core::kvstore::{EtcdBackend, EtcdConfig};
+use meshwork_agent_core::wireguard::key::{Key, PrivateKey};
+use meshwork_lab::cilium::{Cluster, Sizes};
+use meshwork_lab::etcd::EtcdServer;
+use meshwork_lab::net::{LabNet, Netns};
+use meshwork_lab::process::LabProcess;
+use meshwork_lab::wait;
+use meshwork_lab::wireguard::{WireguardGo, unique_device_name};
+use serde_json::{Value, json};
+
+const NODES: &str = "cilium/state/nodes/v1/c2";
+
+fn meshctl() -> PathBuf {
+    let meshctl = PathBuf::from(env!("CARGO_BIN_EXE_meshwork-agent")).with_file_name("meshctl");
+    assert!(
+        meshctl.exists(),
+        "build meshctl first (cargo build -p meshctl)"
+    );
+    meshctl
+}
+
+fn block_on<T>(f: impl Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
+fn etcd_put(server: &EtcdServer, pairs: Vec<(String, Vec<u8>)>) {
+    block_on(async {
+        let backend = EtcdBackend::connect(
+            &EtcdConfig::new([server.endpoint()]),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+        backend.put_many(pairs, 100).await.unwrap();
+    });
+}
+
+fn etcd_delete(server: &EtcdServer, key: &str) {
+    block_on(async {
+        let backend = EtcdBackend::connect(
+            &EtcdConfig::new([server.endpoint()]),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+        assert!(backend.delete(key).await.unwrap());
+    });
+}
+
+fn node(name: &str, ip: &str, pod_net: &str, key: &str) -> (String, Vec<u8>) {
+    let value = json!({
+        "Name": name, "Cluster": "c2",
+        "IPAddresses": [
+            {"Type": "CiliumInternalIP", "IP": format!("{pod_net}.1")},
+            {"Type": "InternalIP", "IP": ip},
+        ],
+        "IPv4AllocCIDR": {"IP": format!("{pod_net}.0"), "Mask": "////AA=="},
+        "ClusterID": 2, "Source": "custom-resource", "WireguardPubKey": key,
+    });
+    (format!("{NODES}/{name}"), value.to_string().into_bytes())
+}
+
+/// The remote cluster c2: its config, the given nodes, and its sync canaries.
+fn remote_cluster(nodes: Vec<(String, Vec<u8>)>) -> EtcdServer {
+    let server = EtcdServer::start().unwrap();
+    let cluster = Cluster {
+        name: "c2".into(),
+        id: 2,
+        sizes: Sizes {
+            nodes: 0,
+            services: 0,
+            identities: 0,
+            ipcache: 0,
+        },
+    };
+    let mut pairs = vec![cluster.config()];
+    pairs.extend(nodes);
+    pairs.extend(cluster.canaries());
+    etcd_put(&server, pairs);
+    server
+}
+
+struct Agent {
+    dir: tempfile::TempDir,
+    process: Option<LabProcess>,
+}
+
+impl Agent {
+    fn start(etcd: &EtcdServer, extra: &[&str]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("clustermesh");
+        std::fs::create_dir(&config).unwrap();
+        std::fs::write(
+            config.join("c2"),
+            format!("endpoints:\n- {}\n", etcd.endpoint()),
+        )
+        .unwrap();
+        let mut agent = Self { dir, process: None };
+        agent.spawn(extra);
+        agent
+    }
+
+    fn spawn(&mut self, extra: &[&str]) {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_meshwork-agent"));
+        command
+            .args([
+                "--cluster-name",
+                "c1",
+                "--cluster-id",
+                "1",
+                "--prometheus-serve-addr",
+                "",
+            ])
+            .args(["--clustermesh-sync-timeout", "30s", "--enable-wireguard"])
+            .arg("--clustermesh-config")
+            .arg(self.dir.path().join("clustermesh"))
+            .arg("--state-dir")
+            .arg(self.dir.path())
+            .args(extra);
+        let log = self.dir.path().join("agent.log");
+        self.process = Some(LabProcess::spawn("meshwork-agent", command, &log).unwrap());
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut process) = self.process.take() {
+            process.stop(Duration::from_secs(10));
+        }
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.dir.path().join("agent.sock")
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("agent.log")).unwrap_or_default()
+    }
+
+    /// `meshctl encrypt status --json`, once the agent answers.
+    fn status(&self) -> Option<Value> {
+        let output = Command::new(meshctl())
+            .arg("--socket")
+            .arg(self.socket())
+            .args(["encrypt", "status", "--json"])
+            .output()
+            .unwrap();
+        output
+            .status
+            .success()
+            .then(|| serde_json::from_slice(&output.stdout).unwrap())
+    }
+
+    /// Waits (60 s at most) until the status satisfies `check`.
+    fn until(&self, what: &str, check: impl Fn(&Value) -> bool) -> Value {
+        let found = wait::until(
+            what,
+            Duration::from_secs(60),
+            Duration::from_millis(100),
+            || self.status().filter(|s| check(s)),
+        );
+        found.unwrap_or_else(|err| {
+            panic!(
+                "{err}: last status {:?}\nagent log:\n{}",
+                self.status(),
+                self.log()
+            )
+        })
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn peer_keys(status: &Value) -> Vec<String> {
+    let mut keys: Vec<String> = status["peers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["public_key"].as_str().unwrap().to_owned())
+        .collect();
+    keys.sort();
+    keys
+}
+
+fn sorted(mut keys: Vec<String>) -> Vec<String> {
+    keys.sort();
+    keys
+}
+
+/// Brings a node's WireGuard device up with its pod IP, routing the other pod range over it.
+fn plumb(ns: &Netns, device: &str, pod_ip: &str, remote_pods: &str) {
+    ns.add_addr(device, &format!("{pod_ip}/32")).unwrap();
+    ns.link_up(device).unwrap();
+    ns.add_route_dev(remote_pods, device).unwrap();
+}
+
+#[test]
+fn tunnel_survives_an_agent_restart_during_a_partition_and_gc_removes_only_the_deleted_node() {
+    let lab = LabNet::new().unwrap();
+    let switch = lab.switch("sw").unwrap();
+    let a = lab.netns("a").unwrap();
+    let b = lab.netns("b").unwrap();
+    switch.connect(&a, "eth0", "10.213.0.1/24").unwrap();
+    switch.connect(&b, "eth0", "10.213.0.2/24").unwrap();
+    let dev_a = unique_device_name();
+    let wg_a = WireguardGo::start(&a, &dev_a).unwrap();
+    let wg_b = WireguardGo::start(&b, &unique_device_name()).unwrap();
+
+    let key_b = PrivateKey::generate();
+    let gone_key = PrivateKey::generate().public_key().to_base64();
+    let mut etcd = remote_cluster(vec![
+        node(
+            "n1",
+            "10.213.0.2",
+            "10.214.2",
+            &key_b.public_key().to_base64(),
+        ),
+        node("n2", "10.213.0.3", "10.214.3", &gone_key),
+    ]);
+    let mut agent = Agent::start(&etcd, &["--wireguard-device", &dev_a]);
+    let status = agent.until("two peers", |s| {
+        s["peers"].as_array().is_some_and(|p| p.len() == 2)
+    });
+    assert_eq!(status["listen_port"], 51871);
+    let pub_a = Key::from_base64(status["public_key"].as_str().unwrap()).unwrap();
+    let n1 = status["peers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["node"] == "c2/n1")
+        .unwrap()
+        .clone();
+    assert_eq!(n1["endpoint"], "10.213.0.2:51871");
+    assert_eq!(n1["allowed_ips"], json!(["10.214.2.0/24"]));
+
+    // Node b's side, configured by hand: the peer of the agent's node.
+    wg_b.uapi_set(&format!(
+        "private_key={}\nlisten_port=51871\npublic_key={}\nendpoint=10.213.0.1:51871\nallowed_ip=10.214.1.0/24",
+        key_b.secret().to_hex(),
+        pub_a.to_hex()
+    ))
+    .unwrap();
+    plumb(&a, &dev_a, "10.214.1.1", "10.214.2.0/24");
+    plumb(&b, wg_b.device(), "10.214.2.1", "10.214.1.0/24");
+    let pod_b: IpAddr = "10.214.2.1".parse().unwrap();
+    a.wait_reachable(pod_b, Duration::from_secs(20)).unwrap();
+
+    // A bounded UDP echo stream through the tunnel while the agent restarts: 80 × 100 ms.
+    let stream = udp_echo_stream(&a, &b, 80);
+
+    agent.stop();
+    etcd_delete(&etcd, &format!("{NODES}/n2"));
+    etcd.stop(); // the remote cluster is partitioned away
+    agent.spawn(&["--wireguard-device", &dev_a]);
+    let restarted = agent.until("the restarted agent", |s| s["device_up"] == true);
+    assert_eq!(
+        peer_keys(&restarted),
+        sorted(vec![key_b.public_key().to_base64(), gone_key]),
+        "restored peers stay while the remote is unreachable"
+    );
+    let waits: Vec<&str> = restarted["pending_gc"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["wait"].as_str().unwrap())
+        .collect();
+    assert_eq!(waits, vec!["NodesSynced", "NodesSynced"]);
+    assert!(wg_a.uapi_get().unwrap().matches("public_key=").count() == 2);
+    etcd.restart().unwrap();
+
+    let synced = agent.until("the deleted node's peer removed", |s| {
+        s["peers"].as_array().is_some_and(|p| p.len() == 1)
+            && s["pending_gc"].as_array().is_some_and(Vec::is_empty)
+    });
+    assert_eq!(peer_keys(&synced), vec![key_b.public_key().to_base64()]);
+    assert_eq!(synced["peers"][0]["node"], "c2/n1");
+
+    let (sent, echoed) = stream.join().unwrap();
+    assert_eq!(
+        (sent, echoed),
+        (80, 80),
+        "the stream through the tunnel lost datagrams"
+    );
+    assert!(synced["peers"][0]["rx_bytes"].as_u64().unwrap() > 0);
+    a.wait_reachable(pod_b, Duration::from_secs(5)).unwrap();
+}
+
+#[test]
+fn duplicate_and_malformed_keys_are_rejected_and_a_vanished_fallback_device_is_recreated() {
+    let lab = LabNet::new().unwrap();
+    let a = lab.netns("a").unwrap();
+    let dev_a = unique_device_name();
+    // The agent's fallback runs wireguard-go inside the node namespace, never in the root one.
+    let bin_dir = tempfile::tempdir().unwrap();
+    let wrapper = bin_dir.path().join("wireguard-go-in-ns");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nexec nsenter --net={} wireguard-go \"$@\"\n",
+            a.path().display()
+        ),
+    )
+    .unwrap();
+    make_executable(&wrapper);
+
+    let key1 = PrivateKey::generate().public_key().to_base64();
+    let key3 = PrivateKey::generate().public_key().to_base64();
+    let etcd = remote_cluster(vec![
+        node("n1", "10.213.0.2", "10.214.2", &key1),
+        node("n2", "10.213.0.3", "10.214.3", &key1), // duplicate of n1's
+        node("n3", "10.213.0.4", "10.214.4", "bm90IGEga2V5"), // base64, not 32 bytes
+        node("n4", "10.213.0.5", "10.214.5", &key3),
+    ]);
+    let mut agent = Agent::start(
+        &etcd,
+        &[
+            "--wireguard-device",
+            &dev_a,
+            "--wireguard-userspace-fallback",
+            "--wireguard-userspace-bin",
+            wrapper.to_str().unwrap(),
+        ],
+    );
+    let status = agent.until("two peers and two rejections", |s| {
+        s["peers"].as_array().is_some_and(|p| p.len() == 2)
+            && s["rejected_duplicate_keys"] == 1
+            && s["rejected_malformed_keys"] == 1
+    });
+    assert_eq!(peer_keys(&status), sorted(vec![key1.clone(), key3.clone()]));
+    let owner = |s: &Value, key: &str| {
+        s["peers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["public_key"] == key)
+            .unwrap()["node"]
+            .clone()
+    };
+    assert_eq!(
+        owner(&status, &key1),
+        "c2/n1",
+        "the first node keeps the key"
+    );
+    assert!(agent.log().contains("detected duplicate public key"));
+    let pid = status["userspace_pid"].as_u64().unwrap();
+    assert!(pid > 0);
+    assert!(
+        a.pids().contains(&i32::try_from(pid).unwrap()),
+        "wireguard-go runs inside the lab namespace"
+    );
+
+    // The device vanishes (wireguard-go crashes): the agent starts a new one and configures it.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap()),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let recreated = agent.until("the device recreated", |s| {
+        s["device_recreations"].as_u64() >= Some(1)
+            && s["userspace_pid"]
+                .as_u64()
+                .is_some_and(|p| p != 0 && p != pid)
+            && s["peers"].as_array().is_some_and(|p| p.len() == 2)
+    });
+    assert_eq!(peer_keys(&recreated), sorted(vec![key1, key3]));
+    assert_eq!(recreated["listen_port"], 51871);
+    let new_pid = recreated["userspace_pid"].as_u64().unwrap();
+    assert!(a.pids().contains(&i32::try_from(new_pid).unwrap()));
+    agent.stop();
+    // The device outlives the agent (reused by the next one); this test ends it by PID.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(new_pid).unwrap()),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+}
+
+fn make_executable(path: &Path) {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// Sends `count` numbered datagrams from pod a (10.214.1.1) to an echo server on pod b
+/// (10.214.2.1), one per 100 ms, each awaited for at most 1 s. Returns (sent, echoed).
+fn udp_echo_stream(a: &Netns, b: &Netns, count: u32) -> std::thread::JoinHandle<(u32, u32)> {
+    use std::net::UdpSocket;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let server = b
+        .enter(|| UdpSocket::bind("10.214.2.1:7000"))
+        .unwrap()
+        .unwrap();
+    let client = a
+        .enter(|| UdpSocket::bind("10.214.1.1:0"))
+        .unwrap()
+        .unwrap();
+    client.connect("10.214.2.1:7000").unwrap();
+    client
+        .set_read_timeout(Some(Duration::from_secs(1)))
+        .unwrap();
+    server
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let done = Arc::new(AtomicBool::new(false));
+    let server_done = Arc::clone(&done);
+    let echo = std::thread::spawn(move || {
+        let mut buf = [0u8; 64];
+        while !server_done.load(Ordering::Relaxed) {
+            if let Ok((n, from)) = server.recv_from(&mut buf) {
+                let _ = server.send_to(&buf[..n], from);
+            }
+        }
+    });
+    std::thread::spawn(move || {
+        let mut echoed = 0;
+        let mut buf = [0u8; 64];
+        for seq in 0..count {
+            client.send(&seq.to_be_bytes()).unwrap();
+            // Late echoes of earlier datagrams are skipped; this one counts if it comes.
+            while let Ok(n) = client.recv(&mut buf) {
+                if n == 4 && buf[..4] == seq.to_be_bytes() {
+                    echoed += 1;
+                    break;
+                }
+            }
+            // Pacing of the traffic, not synchronisation.
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        done.store(true, Ordering::Relaxed);
+        echo.join().unwrap();
+        (count, echoed)
+    })
+}
