@@ -9,13 +9,16 @@ use actix::{Actor, Context, Handler, Message, MessageResult};
 
 use super::ipcache_map::{IpCacheKey, RemoteEndpointInfo};
 use super::ipcache_writer::{FlushError, IpCacheWriter, Owner, WriterStats};
+use super::lb_writer::{LbStats, LbWriter};
 use super::maps::IpCacheMap;
 use crate::clustermesh::events::{Change, RemoteEvent, RemoteEvents};
+use crate::clustermesh::kinds::SyncKind;
 
 /// The actor; see the module docs.
 pub struct DatapathWriter {
     writer: IpCacheWriter,
     map: IpCacheMap,
+    lb: Option<LbWriter>,
     last_error: Option<String>,
 }
 
@@ -25,8 +28,15 @@ impl DatapathWriter {
         Self {
             writer: IpCacheWriter::new(local_node),
             map,
+            lb: None,
             last_error: None,
         }
+    }
+
+    /// Also programs global services (acknowledging them to the barrier) and the tunnel map.
+    pub fn with_lb(mut self, lb: LbWriter) -> Self {
+        self.lb = Some(lb);
+        self
     }
 
     fn flush(&mut self) {
@@ -53,6 +63,9 @@ impl Handler<RemoteEvents> for DatapathWriter {
     type Result = ();
 
     fn handle(&mut self, RemoteEvents(events): RemoteEvents, _: &mut Context<Self>) {
+        if let Some(lb) = &mut self.lb {
+            lb.apply(&events);
+        }
         for event in &events {
             let RemoteEvent::IpCache {
                 cluster, change, ..
@@ -121,6 +134,25 @@ impl Handler<RemoveLocalEndpoint> for DatapathWriter {
     }
 }
 
+/// A mesh-wide wait completed (after its entries reached this actor): restored state of
+/// that kind may be pruned now.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "()")]
+pub struct RemoteSynced(pub SyncKind);
+
+impl Handler<RemoteSynced> for DatapathWriter {
+    type Result = ();
+
+    fn handle(&mut self, RemoteSynced(kind): RemoteSynced, _: &mut Context<Self>) {
+        let Some(lb) = &mut self.lb else { return };
+        match kind {
+            SyncKind::Services => lb.services_synced(),
+            SyncKind::Nodes => lb.nodes_synced(),
+            SyncKind::IpIdentities => {}
+        }
+    }
+}
+
 /// What the writer has done, for status and metrics.
 #[derive(Debug, Clone, Default)]
 pub struct WriterReport {
@@ -132,6 +164,8 @@ pub struct WriterReport {
     pub last_error: Option<String>,
     /// Rejections by reason, sorted.
     pub rejected: BTreeMap<&'static str, u64>,
+    /// The service and tunnel maps, when programmed.
+    pub lb: Option<LbStats>,
 }
 
 /// Asks for a [`WriterReport`].
@@ -149,6 +183,7 @@ impl Handler<GetWriterReport> for DatapathWriter {
             rejected: stats.rejected.iter().map(|(k, v)| (*k, *v)).collect(),
             stats,
             last_error: self.last_error.clone(),
+            lb: self.lb.as_ref().map(LbWriter::stats),
         })
     }
 }

@@ -6,7 +6,10 @@ use std::time::SystemTime;
 
 use actix::{Actor, Addr, Recipient};
 use anyhow::Context as _;
-use meshwork_agent_core::clustermesh::barrier_actor::SyncBarrierActor;
+use meshwork_agent_core::clustermesh::SyncKind;
+use meshwork_agent_core::clustermesh::barrier_actor::{
+    BarrierUpdate, GetMeshWait, SyncBarrierActor,
+};
 use meshwork_agent_core::clustermesh::remote_state::Settle;
 use meshwork_agent_core::datapath::drops;
 use meshwork_agent_core::datapath::endpoint::manager::{
@@ -15,8 +18,9 @@ use meshwork_agent_core::datapath::endpoint::manager::{
 use meshwork_agent_core::datapath::endpoint::{
     EndpointManager, EndpointSpec, EndpointState, EndpointStatus, EndpointStore,
 };
+use meshwork_agent_core::datapath::lb_writer::{self, LbWriter};
 use meshwork_agent_core::datapath::maps::PinDir;
-use meshwork_agent_core::datapath::writer_actor::{DatapathWriter, GetWriterReport};
+use meshwork_agent_core::datapath::writer_actor::{DatapathWriter, GetWriterReport, RemoteSynced};
 use meshwork_proto::agent::v1 as pb;
 use tonic::{Request, Response, Status};
 
@@ -35,7 +39,7 @@ pub struct Datapath {
 
 impl Datapath {
     /// Recreates the ipcache (§5: every start) and starts its writer.
-    pub fn start_writer(args: &Args) -> anyhow::Result<Self> {
+    pub fn start_writer(args: &Args, barrier: Recipient<BarrierUpdate>) -> anyhow::Result<Self> {
         let pins = PinDir::under(&args.bpf_root);
         let map = pins.recreate_ipcache().with_context(|| {
             format!(
@@ -43,7 +47,8 @@ impl Datapath {
                 pins.path().display()
             )
         })?;
-        let writer = DatapathWriter::new(map, args.node_ip).start();
+        let lb = LbWriter::open(&pins, barrier).context("opening the service and tunnel maps")?;
+        let writer = DatapathWriter::new(map, args.node_ip).with_lb(lb).start();
         Ok(Self {
             pins,
             writer,
@@ -55,8 +60,8 @@ impl Datapath {
     pub fn start_endpoints(
         &mut self,
         args: &Args,
-        barrier: Addr<SyncBarrierActor>,
-        settle: Recipient<Settle>,
+        barrier: &Addr<SyncBarrierActor>,
+        settle: &Recipient<Settle>,
     ) {
         let settings = EndpointSettings {
             ip_identities_sync_timeout: args.clustermesh_ip_identities_sync_timeout,
@@ -67,10 +72,23 @@ impl Datapath {
             EndpointStore::new(&args.state_dir),
             settings,
             self.writer.clone(),
-            barrier,
-            settle,
+            barrier.clone(),
+            settle.clone(),
         );
         self.endpoints = Some(manager.start());
+        // Restored services and tunnel entries are pruned only once every remote synced,
+        // and only after the synced entries reached the writer (Settle).
+        for kind in [SyncKind::Services, SyncKind::Nodes] {
+            let (barrier, settle, writer) = (barrier.clone(), settle.clone(), self.writer.clone());
+            actix::spawn(async move {
+                let Ok(wait) = barrier.send(GetMeshWait(kind)).await else {
+                    return;
+                };
+                let _ = wait.wait(None).await;
+                let _ = settle.send(Settle).await;
+                writer.do_send(RemoteSynced(kind));
+            });
+        }
     }
 
     /// The datapath part of the status.
@@ -105,6 +123,22 @@ impl Datapath {
                 .collect(),
             ipcache_map_full: report.stats.map_full,
             last_error: report.last_error.or(drops_error),
+            maps: report.lb.map_or_else(Vec::new, |lb| {
+                [
+                    (lb_writer::SERVICES_MAP, lb.services),
+                    (lb_writer::BACKENDS_MAP, lb.backends),
+                    (lb_writer::TUNNEL_MAP, lb.tunnel),
+                ]
+                .into_iter()
+                .map(|(name, s)| pb::MapStatus {
+                    name: name.to_owned(),
+                    written: s.written,
+                    deleted: s.deleted,
+                    restored_pending: s.restored_pending,
+                    errors: s.errors,
+                })
+                .collect()
+            }),
             endpoints: u32::try_from(endpoints.len()).unwrap_or(u32::MAX),
             endpoints_ready: u32::try_from(
                 endpoints

@@ -45,13 +45,16 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 
     let barrier = SyncBarrierActor::new(SyncBarrier::new(args.clustermesh_sync_timeout)).start();
     let mut datapath = if args.enable_bpf_datapath {
-        Some(Datapath::start_writer(&args)?)
+        Some(Datapath::start_writer(&args, barrier.clone().recipient())?)
     } else {
         None
     };
     let mut state = RemoteStateActor::new(barrier.clone().recipient());
     if let Some(datapath) = &datapath {
-        state = state.with_subscriber(datapath.writer.clone().recipient());
+        // The datapath acknowledges services once their backends are written.
+        state = state
+            .with_subscriber(datapath.writer.clone().recipient())
+            .without_service_acks();
     }
     let wireguard = crate::wireguard::start(&args.wireguard, &args.state_dir)?;
     let state = crate::wireguard::subscribe(state, wireguard.as_ref()).start();
@@ -73,7 +76,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     // After the configured clusters are known: the restore wait snapshots them.
     if let Some(datapath) = &mut datapath {
-        datapath.start_endpoints(&args, barrier.clone(), state.clone().recipient());
+        datapath.start_endpoints(&args, &barrier, &state.clone().recipient());
     }
     crate::wireguard::arm(wireguard.as_ref(), &barrier);
 

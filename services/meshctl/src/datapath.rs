@@ -194,6 +194,13 @@ pub fn render_status(d: &pb::DatapathStatus) -> String {
             d.ipcache_map_full
         );
     }
+    for m in &d.maps {
+        let _ = writeln!(
+            out,
+            "   {}: written={} deleted={} restored_pending={} errors={}",
+            m.name, m.written, m.deleted, m.restored_pending, m.errors
+        );
+    }
     if let Some(err) = &d.last_error {
         let _ = writeln!(out, "   last error: {err}");
     }
