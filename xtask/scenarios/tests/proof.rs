@@ -41,6 +41,7 @@ fn restart_with_a_late_remote_drops_nothing_and_the_negative_control_drops() {
         .find(|l| l.starts_with("with wait"))
         .expect("a with-wait line");
     assert!(with.contains("regenerated-without-B=0"), "{with}");
+    assert!(with.contains("bad entries written=0"), "{with}");
     assert!(
         !with.contains("waiting=0 "),
         "the restored endpoint must have waited: {with}"

@@ -50,6 +50,8 @@ pub struct RunReport {
     pub b_before_regeneration: u32,
     /// Samples where A's restored endpoint was waiting for remote clusters.
     pub waiting: u32,
+    /// Bad remote entries found in A's ipcache map (must be 0).
+    pub bad_written: u32,
 }
 
 /// Runs both variants and prints the figures.
@@ -67,7 +69,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         if let Some(r) = report {
             println!(
                 "{name:<18} drops={} stream: received={} gaps={} resets={} longest_pause={} ms; \
-                 samples: waiting={} regenerated-without-B={} B-before-regeneration={}",
+                 samples: waiting={} regenerated-without-B={} B-before-regeneration={}; \
+                 bad entries written={}",
                 r.drops,
                 r.stream.received,
                 r.stream.gaps,
@@ -75,7 +78,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 r.stream.longest_pause.as_millis(),
                 r.waiting,
                 r.regenerated_without_b,
-                r.b_before_regeneration
+                r.b_before_regeneration,
+                r.bad_written
             );
         }
     }
@@ -161,6 +165,7 @@ pub async fn run_once(binaries: &Binaries, with_wait: bool) -> anyhow::Result<Ru
         regenerated_without_b: 0,
         b_before_regeneration: 0,
         waiting: 0,
+        bad_written: 0,
     };
     let mut canaries_written = false;
     let mut regenerated_at = None;
@@ -200,6 +205,11 @@ pub async fn run_once(binaries: &Binaries, with_wait: bool) -> anyhow::Result<Ru
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     report.stream = stream.finish();
+    for (ip, _) in bad_entries(&cluster_b) {
+        if agent_a.ipcache_has(ip)? {
+            report.bad_written += 1;
+        }
+    }
     report.drops = agent_a.drops()? - drops_before;
     Ok(report)
 }
@@ -235,8 +245,36 @@ async fn seed(
         value.to_string().into_bytes(),
     )
     .await?;
+    // Bad input the agent must reject, count and never write: an unparsable IP, a mask
+    // longer than the family, identity 0.
+    for (ip, value) in bad_entries(cluster) {
+        kv.put(
+            &format!("cilium/state/ip/v1/default/{ip}"),
+            value.to_string().into_bytes(),
+        )
+        .await?;
+    }
     crate::load::load(&kv, cluster).await?;
     Ok(kv)
+}
+
+/// Bad ipcache entries, by the IP of their key.
+fn bad_entries(cluster: &Cluster) -> [(&'static str, serde_json::Value); 3] {
+    let id = cluster.identity(1);
+    [
+        (
+            "10.214.9.1",
+            json!({"IP": "10.214.9.300", "Mask": null, "HostIP": NODE_B, "ID": id}),
+        ),
+        (
+            "10.214.9.2",
+            json!({"IP": "10.214.9.2", "Mask": "/////wA=", "HostIP": NODE_B, "ID": id}),
+        ),
+        (
+            "10.214.9.3",
+            json!({"IP": "10.214.9.3", "Mask": null, "HostIP": NODE_B, "ID": 0}),
+        ),
+    ]
 }
 
 fn endpoint(

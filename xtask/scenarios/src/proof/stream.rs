@@ -13,8 +13,8 @@ use anyhow::Context as _;
 use meshwork_lab::net::Netns;
 
 /// A pause in arrivals longer than this counts as a gap: TCP hides drops as retransmission
-/// delays, the first of which is ≥ 200 ms.
-pub const GAP: Duration = Duration::from_millis(150);
+/// delays, the first of which is ≥ 200 ms (the minimum RTO).
+pub const GAP: Duration = Duration::from_millis(190);
 /// One message every this long.
 const INTERVAL: Duration = Duration::from_millis(2);
 /// Hard bounds on the traffic.
