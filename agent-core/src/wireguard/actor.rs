@@ -14,6 +14,7 @@ use actix::{
 use super::LISTEN_PORT;
 use super::backend::{Backend, BackendError, DeviceUpdate, PeerUpdate};
 use super::key::PrivateKey;
+use super::metrics::WireguardMetrics;
 use super::peers::{GcWait, PeerTable};
 use super::status::{EncryptStatus, PeerStatus, PendingGc};
 use super::userspace::{Ensured, Userspace, UserspaceError};
@@ -47,6 +48,8 @@ pub struct WireGuardConfig {
     pub encrypt_node: bool,
     /// The userspace fallback to supervise, if any.
     pub userspace: Option<Userspace>,
+    /// Where rejections and peer counts go (`WireguardMetrics::default()`: nowhere).
+    pub metrics: WireguardMetrics,
 }
 
 /// See the module docs.
@@ -55,6 +58,7 @@ pub struct WireGuard {
     backend: Box<dyn Backend>,
     private_key: PrivateKey,
     userspace: Option<Userspace>,
+    metrics: WireguardMetrics,
     flush_scheduled: bool,
     retry_scheduled: bool,
     device_up: bool,
@@ -71,6 +75,7 @@ impl WireGuard {
             private_key,
             encrypt_node,
             mut userspace,
+            metrics,
         } = config;
         if let Some(userspace) = &mut userspace
             && userspace.ensure()? == Ensured::Reused
@@ -85,6 +90,7 @@ impl WireGuard {
             backend,
             private_key,
             userspace,
+            metrics,
             flush_scheduled: false,
             retry_scheduled: false,
             device_up: true,
@@ -98,6 +104,7 @@ impl WireGuard {
             "restored WireGuard peers"
         );
         actor.table.restore(&restored);
+        actor.update_gauges();
         actor.configure_device()?;
         Ok(actor)
     }
@@ -114,6 +121,11 @@ impl WireGuard {
             listen_port: Some(LISTEN_PORT),
             peers: Vec::new(),
         })
+    }
+
+    fn update_gauges(&self) {
+        self.metrics
+            .set_peers(self.table.applied_len(), self.table.pending_peers());
     }
 
     fn schedule_flush(&mut self, ctx: &mut Context<Self>) {
@@ -151,7 +163,9 @@ impl WireGuard {
                 }
             }
         }
-        if let Err(err) = gc_pass(&mut self.table, self.backend.as_mut()) {
+        let gc = gc_pass(&mut self.table, self.backend.as_mut());
+        self.update_gauges();
+        if let Err(err) = gc {
             self.device_error(&err, ctx);
         }
     }
@@ -287,6 +301,7 @@ impl Handler<RemoteEvents> for WireGuard {
                 RemoteEvent::Node { cluster, change } => match change {
                     Change::Upsert(node) => {
                         if let Err(err) = self.table.upsert_node(cluster, node) {
+                            self.metrics.rejected(&err);
                             tracing::warn!(%err, "rejected a remote node's WireGuard peer");
                         }
                     }

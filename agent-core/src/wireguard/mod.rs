@@ -9,10 +9,12 @@
 //! - [`peers`]: the peer table, a plain state machine.
 //! - [`actor`]: the `WireGuard` actor, a thin shell applying the table to the device.
 //! - [`status`]: what `meshctl encrypt status` shows.
+//! - [`metrics`]: `meshwork_wireguard_*` (rejections, peers).
 
 pub mod actor;
 pub mod backend;
 pub mod key;
+pub mod metrics;
 pub mod netlink;
 pub mod peers;
 pub mod status;

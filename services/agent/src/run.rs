@@ -53,7 +53,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     if let Some(datapath) = &datapath {
         state = state.with_subscriber(datapath.writer.clone().recipient());
     }
-    let wireguard = crate::wireguard::start(&args.wireguard, &args.state_dir)?;
+    let wireguard = crate::wireguard::start(&args.wireguard, &args.state_dir, &mut registry)?;
     let state = crate::wireguard::subscribe(state, wireguard.as_ref()).start();
     let identities = IdentityCacheActor::default().start();
     let sinks = Sinks {

@@ -24,6 +24,12 @@ use meshwork_lab::wait;
 use meshwork_lab::wireguard::{WireguardGo, unique_device_name};
 use serde_json::{Value, json};
 
+mod common {
+    pub mod prometheus;
+}
+
+use common::prometheus;
+
 const NODES: &str = "cilium/state/nodes/v1/c2";
 
 fn meshctl() -> PathBuf {
@@ -103,10 +109,17 @@ fn remote_cluster(nodes: Vec<(String, Vec<u8>)>) -> EtcdServer {
 struct Agent {
     dir: tempfile::TempDir,
     process: Option<LabProcess>,
+    /// `--prometheus-serve-addr` (empty: no metrics endpoint).
+    metrics_addr: String,
 }
 
 impl Agent {
     fn start(etcd: &EtcdServer, extra: &[&str]) -> Self {
+        Self::start_with_metrics(etcd, String::new(), extra)
+    }
+
+    /// Also serves metrics on `metrics_addr` (127.0.0.1 only).
+    fn start_with_metrics(etcd: &EtcdServer, metrics_addr: String, extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("clustermesh");
         std::fs::create_dir(&config).unwrap();
@@ -115,7 +128,11 @@ impl Agent {
             format!("endpoints:\n- {}\n", etcd.endpoint()),
         )
         .unwrap();
-        let mut agent = Self { dir, process: None };
+        let mut agent = Self {
+            dir,
+            process: None,
+            metrics_addr,
+        };
         agent.spawn(extra);
         agent
     }
@@ -123,17 +140,11 @@ impl Agent {
     fn spawn(&mut self, extra: &[&str]) {
         let mut command = Command::new(env!("CARGO_BIN_EXE_meshwork-agent"));
         command
-            .args([
-                "--cluster-name",
-                "c1",
-                "--cluster-id",
-                "1",
-                "--prometheus-serve-addr",
-                "",
-            ])
+            .args(["--cluster-name", "c1", "--cluster-id", "1"])
             .args(["--clustermesh-sync-timeout", "30s", "--enable-wireguard"])
             // WireGuard alone: no BPF maps pinned in the host's bpffs.
             .arg("--enable-bpf-datapath=false")
+            .args(["--prometheus-serve-addr", &self.metrics_addr])
             .arg("--clustermesh-config")
             .arg(self.dir.path().join("clustermesh"))
             .arg("--state-dir")
@@ -453,8 +464,10 @@ fn duplicate_and_malformed_keys_are_rejected_and_a_vanished_fallback_device_is_r
         node("n3", "10.213.0.4", "10.214.4", "bm90IGEga2V5"), // base64, not 32 bytes
         node("n4", "10.213.0.5", "10.214.5", &key3),
     ]);
-    let mut agent = Agent::start(
+    let metrics_port = wait::free_port().unwrap();
+    let mut agent = Agent::start_with_metrics(
         &etcd,
+        format!("127.0.0.1:{metrics_port}"),
         &[
             "--wireguard-device",
             &dev_a,
@@ -484,6 +497,20 @@ fn duplicate_and_malformed_keys_are_rejected_and_a_vanished_fallback_device_is_r
         "the first node keeps the key"
     );
     assert!(agent.log().contains("detected duplicate public key"));
+    let expected = [
+        r#"meshwork_wireguard_rejected_peers_total{reason="duplicate_key"} 1"#,
+        r#"meshwork_wireguard_rejected_peers_total{reason="malformed_key"} 1"#,
+        "meshwork_wireguard_peers 2",
+        "meshwork_wireguard_restored_peers_pending_gc 0",
+    ];
+    let metrics = wait::until(
+        "the WireGuard metrics",
+        Duration::from_secs(20),
+        Duration::from_millis(100),
+        || prometheus::scrape(metrics_port).filter(|m| expected.iter().all(|l| m.contains(l))),
+    )
+    .unwrap_or_else(|err| panic!("{err}: {:?}", prometheus::scrape(metrics_port)));
+    prometheus::assert_promtool_clean(&metrics);
     let pid = status["userspace_pid"].as_u64().unwrap();
     assert!(pid > 0);
     assert!(
