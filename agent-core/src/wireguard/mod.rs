@@ -3,7 +3,7 @@
 //!
 //! - [`key`]: keys and the private key file.
 //! - [`backend`]: the device trait; [`uapi`] (wireguard-go, boringtun) and [`netlink`]
-//!   (kernel) implement it.
+//!   (kernel, over a [`genl`] socket) implement it.
 //! - [`userspace`]: starts and supervises a userspace implementation when the kernel has no
 //!   WireGuard (`--wireguard-userspace-fallback`).
 //! - [`peers`]: the peer table, a plain state machine.
@@ -13,6 +13,7 @@
 
 pub mod actor;
 pub mod backend;
+pub mod genl;
 pub mod key;
 pub mod metrics;
 pub mod netlink;
