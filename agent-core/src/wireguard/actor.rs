@@ -14,6 +14,7 @@ use actix::{
 use super::LISTEN_PORT;
 use super::backend::{Backend, BackendError, DeviceUpdate, PeerUpdate};
 use super::key::PrivateKey;
+use super::local_node::LocalNode;
 use super::metrics::WireguardMetrics;
 use super::peers::{GcWait, PeerTable};
 use super::status::{EncryptStatus, PeerStatus, PendingGc};
@@ -50,6 +51,8 @@ pub struct WireGuardConfig {
     pub userspace: Option<Userspace>,
     /// Where rejections and peer counts go (`WireguardMetrics::default()`: nowhere).
     pub metrics: WireguardMetrics,
+    /// The agent's own node (its object carries the public key).
+    pub local_node: LocalNode,
 }
 
 /// See the module docs.
@@ -59,6 +62,7 @@ pub struct WireGuard {
     private_key: PrivateKey,
     userspace: Option<Userspace>,
     metrics: WireguardMetrics,
+    local_node: LocalNode,
     flush_scheduled: bool,
     retry_scheduled: bool,
     device_up: bool,
@@ -76,6 +80,7 @@ impl WireGuard {
             encrypt_node,
             mut userspace,
             metrics,
+            local_node,
         } = config;
         if let Some(userspace) = &mut userspace
             && userspace.ensure()? == Ensured::Reused
@@ -91,6 +96,7 @@ impl WireGuard {
             private_key,
             userspace,
             metrics,
+            local_node,
             flush_scheduled: false,
             retry_scheduled: false,
             device_up: true,
@@ -224,10 +230,12 @@ impl WireGuard {
     fn status(&mut self) -> EncryptStatus {
         let device = self.backend.get();
         let rejections = self.table.rejections();
+        let local_node = self.local_node.node(&self.private_key.public_key());
         let mut status = EncryptStatus {
             device: self.backend.device().to_owned(),
             backend: self.backend.kind().to_owned(),
-            public_key: self.private_key.public_key().to_base64(),
+            public_key: local_node.wireguard_pub_key.clone(),
+            local_node,
             device_up: device.is_ok(),
             userspace_pid: self.userspace.as_mut().and_then(Userspace::pid),
             device_recreations: self.recreations,

@@ -2,6 +2,7 @@
 //! contract).
 //!
 //! - [`key`]: keys and the private key file.
+//! - [`local_node`]: the agent's own node object, with `WireguardPubKey`.
 //! - [`backend`]: the device trait; [`uapi`] (wireguard-go, boringtun) and [`netlink`]
 //!   (kernel, over a [`genl`] socket) implement it.
 //! - [`userspace`]: starts and supervises a userspace implementation when the kernel has no
@@ -15,6 +16,7 @@ pub mod actor;
 pub mod backend;
 pub mod genl;
 pub mod key;
+pub mod local_node;
 pub mod metrics;
 pub mod netlink;
 pub mod peers;

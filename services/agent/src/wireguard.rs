@@ -11,6 +11,7 @@ use meshwork_agent_core::clustermesh::remote_state::RemoteStateActor;
 use meshwork_agent_core::wireguard::actor::{ArmGc, GetEncryptStatus, WireGuard, WireGuardConfig};
 use meshwork_agent_core::wireguard::backend::Backend;
 use meshwork_agent_core::wireguard::key::PrivateKey;
+use meshwork_agent_core::wireguard::local_node::LocalNode;
 use meshwork_agent_core::wireguard::metrics::WireguardMetrics;
 use meshwork_agent_core::wireguard::netlink::{KernelBackend, kernel_has_wireguard};
 use meshwork_agent_core::wireguard::status::EncryptStatus;
@@ -52,6 +53,7 @@ pub struct WireguardArgs {
 pub fn start(
     args: &WireguardArgs,
     state_dir: &std::path::Path,
+    local_node: LocalNode,
     registry: &mut Registry,
 ) -> anyhow::Result<Option<Addr<WireGuard>>> {
     if !args.enable_wireguard {
@@ -81,6 +83,7 @@ pub fn start(
         encrypt_node: args.encrypt_node,
         userspace,
         metrics: WireguardMetrics::register(registry),
+        local_node,
     })
     .with_context(|| format!("setting up the WireGuard device {device}"))?;
     tracing::info!(device, public_key = %private_key.public_key(), "WireGuard enabled");
@@ -160,5 +163,6 @@ fn to_proto(s: EncryptStatus) -> pb::EncryptStatusResponse {
         rejected_duplicate_keys: s.rejected_duplicate_keys,
         rejected_malformed_keys: s.rejected_malformed_keys,
         last_error: s.last_error,
+        local_node_json: String::from_utf8(s.local_node.to_json()).unwrap_or_default(),
     }
 }

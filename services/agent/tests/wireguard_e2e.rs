@@ -320,6 +320,12 @@ fn tunnel_survives_an_agent_restart_during_a_partition_and_gc_removes_only_the_d
         s["peers"].as_array().is_some_and(|p| p.len() == 2)
     });
     assert_eq!(status["listen_port"], 51871);
+    // The agent's own node object carries its public key, as other clusters will read it.
+    assert_eq!(
+        status["local_node"]["WireguardPubKey"],
+        status["public_key"]
+    );
+    assert_eq!(status["local_node"]["Cluster"], "c1");
     let pub_a = Key::from_base64(status["public_key"].as_str().unwrap()).unwrap();
     let n1 = status["peers"]
         .as_array()
