@@ -14,6 +14,8 @@ use actix::{
 use super::LISTEN_PORT;
 use super::backend::{Backend, BackendError, DeviceUpdate, PeerUpdate};
 use super::key::PrivateKey;
+use super::local_node::LocalNode;
+use super::metrics::WireguardMetrics;
 use super::peers::{GcWait, PeerTable};
 use super::status::{EncryptStatus, PeerStatus, PendingGc};
 use super::userspace::{Ensured, Userspace, UserspaceError};
@@ -47,6 +49,10 @@ pub struct WireGuardConfig {
     pub encrypt_node: bool,
     /// The userspace fallback to supervise, if any.
     pub userspace: Option<Userspace>,
+    /// Where rejections and peer counts go (`WireguardMetrics::default()`: nowhere).
+    pub metrics: WireguardMetrics,
+    /// The agent's own node (its object carries the public key).
+    pub local_node: LocalNode,
 }
 
 /// See the module docs.
@@ -55,6 +61,8 @@ pub struct WireGuard {
     backend: Box<dyn Backend>,
     private_key: PrivateKey,
     userspace: Option<Userspace>,
+    metrics: WireguardMetrics,
+    local_node: LocalNode,
     flush_scheduled: bool,
     retry_scheduled: bool,
     device_up: bool,
@@ -71,6 +79,8 @@ impl WireGuard {
             private_key,
             encrypt_node,
             mut userspace,
+            metrics,
+            local_node,
         } = config;
         if let Some(userspace) = &mut userspace
             && userspace.ensure()? == Ensured::Reused
@@ -85,6 +95,8 @@ impl WireGuard {
             backend,
             private_key,
             userspace,
+            metrics,
+            local_node,
             flush_scheduled: false,
             retry_scheduled: false,
             device_up: true,
@@ -98,6 +110,7 @@ impl WireGuard {
             "restored WireGuard peers"
         );
         actor.table.restore(&restored);
+        actor.update_gauges();
         actor.configure_device()?;
         Ok(actor)
     }
@@ -114,6 +127,11 @@ impl WireGuard {
             listen_port: Some(LISTEN_PORT),
             peers: Vec::new(),
         })
+    }
+
+    fn update_gauges(&self) {
+        self.metrics
+            .set_peers(self.table.applied_len(), self.table.pending_peers());
     }
 
     fn schedule_flush(&mut self, ctx: &mut Context<Self>) {
@@ -151,7 +169,9 @@ impl WireGuard {
                 }
             }
         }
-        if let Err(err) = gc_pass(&mut self.table, self.backend.as_mut()) {
+        let gc = gc_pass(&mut self.table, self.backend.as_mut());
+        self.update_gauges();
+        if let Err(err) = gc {
             self.device_error(&err, ctx);
         }
     }
@@ -210,10 +230,12 @@ impl WireGuard {
     fn status(&mut self) -> EncryptStatus {
         let device = self.backend.get();
         let rejections = self.table.rejections();
+        let local_node = self.local_node.node(&self.private_key.public_key());
         let mut status = EncryptStatus {
             device: self.backend.device().to_owned(),
             backend: self.backend.kind().to_owned(),
-            public_key: self.private_key.public_key().to_base64(),
+            public_key: local_node.wireguard_pub_key.clone(),
+            local_node,
             device_up: device.is_ok(),
             userspace_pid: self.userspace.as_mut().and_then(Userspace::pid),
             device_recreations: self.recreations,
@@ -287,6 +309,7 @@ impl Handler<RemoteEvents> for WireGuard {
                 RemoteEvent::Node { cluster, change } => match change {
                     Change::Upsert(node) => {
                         if let Err(err) = self.table.upsert_node(cluster, node) {
+                            self.metrics.rejected(&err);
                             tracing::warn!(%err, "rejected a remote node's WireGuard peer");
                         }
                     }

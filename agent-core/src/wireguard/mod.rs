@@ -2,17 +2,22 @@
 //! contract).
 //!
 //! - [`key`]: keys and the private key file.
+//! - [`local_node`]: the agent's own node object, with `WireguardPubKey`.
 //! - [`backend`]: the device trait; [`uapi`] (wireguard-go, boringtun) and [`netlink`]
-//!   (kernel) implement it.
+//!   (kernel, over a [`genl`] socket) implement it.
 //! - [`userspace`]: starts and supervises a userspace implementation when the kernel has no
 //!   WireGuard (`--wireguard-userspace-fallback`).
 //! - [`peers`]: the peer table, a plain state machine.
 //! - [`actor`]: the `WireGuard` actor, a thin shell applying the table to the device.
 //! - [`status`]: what `meshctl encrypt status` shows.
+//! - [`metrics`]: `meshwork_wireguard_*` (rejections, peers).
 
 pub mod actor;
 pub mod backend;
+pub mod genl;
 pub mod key;
+pub mod local_node;
+pub mod metrics;
 pub mod netlink;
 pub mod peers;
 pub mod status;

@@ -403,6 +403,11 @@ impl PeerTable {
         self.rejections
     }
 
+    /// How many restored peers no node has claimed yet (removed once nodes have synced).
+    pub fn pending_peers(&self) -> usize {
+        self.restored_peers.len()
+    }
+
     /// How many peers the device holds, as far as the table knows.
     pub fn applied_len(&self) -> usize {
         self.applied.len()

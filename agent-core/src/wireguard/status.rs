@@ -2,6 +2,8 @@
 
 use std::time::SystemTime;
 
+use crate::types::Node;
+
 /// The device and its peers.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EncryptStatus {
@@ -29,6 +31,8 @@ pub struct EncryptStatus {
     pub rejected_malformed_keys: u64,
     /// The last device error, if the last attempt failed.
     pub last_error: Option<String>,
+    /// The agent's own node object, `WireguardPubKey` set.
+    pub local_node: Node,
 }
 
 /// One peer.

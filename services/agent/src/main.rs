@@ -4,6 +4,7 @@
 mod api;
 mod args;
 mod datapath;
+mod metrics_format;
 mod metrics_server;
 mod run;
 mod wireguard;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use actix::Addr;
 use axum::Router;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use meshwork_agent_core::clustermesh::mesh::{ClusterMesh, GetMeshStatus};
@@ -44,7 +44,8 @@ pub async fn serve(
     Ok(())
 }
 
-async fn metrics(State(state): State<Arc<MetricsState>>) -> impl IntoResponse {
+/// OpenMetrics to scrapers that ask for it, the classic text format otherwise.
+async fn metrics(State(state): State<Arc<MetricsState>>, headers: HeaderMap) -> impl IntoResponse {
     if let Ok(statuses) = state.mesh.send(GetMeshStatus).await {
         state.mesh_metrics.update(&statuses);
     }
@@ -56,12 +57,28 @@ async fn metrics(State(state): State<Arc<MetricsState>>) -> impl IntoResponse {
         )
             .into_response();
     }
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        body,
-    )
-        .into_response()
+    let openmetrics = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .any(|value| value.contains("application/openmetrics-text"));
+    if openmetrics {
+        (
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            body,
+        )
+            .into_response()
+    } else {
+        (
+            [(
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            crate::metrics_format::classic_text(&body),
+        )
+            .into_response()
+    }
 }

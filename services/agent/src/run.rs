@@ -14,6 +14,7 @@ use meshwork_agent_core::clustermesh::remote_cluster::runner::MeshSettings;
 use meshwork_agent_core::clustermesh::remote_cluster::stores::Sinks;
 use meshwork_agent_core::clustermesh::remote_state::RemoteStateActor;
 use meshwork_agent_core::kvstore::KvstoreMetrics;
+use meshwork_agent_core::wireguard::local_node::LocalNode;
 use meshwork_proto::agent::v1::agent_server::AgentServer;
 use meshwork_proto::agent::v1::datapath_server::DatapathServer;
 use meshwork_proto::agent::v1::encrypt_server::EncryptServer;
@@ -56,7 +57,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             .with_subscriber(datapath.writer.clone().recipient())
             .without_service_acks();
     }
-    let wireguard = crate::wireguard::start(&args.wireguard, &args.state_dir)?;
+    let wireguard = crate::wireguard::start(
+        &args.wireguard,
+        &args.state_dir,
+        local_node(&args),
+        &mut registry,
+    )?;
     let state = crate::wireguard::subscribe(state, wireguard.as_ref()).start();
     let identities = IdentityCacheActor::default().start();
     let sinks = Sinks {
@@ -125,6 +131,19 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     tracing::info!("meshwork-agent stopped");
     actix_rt::System::current().stop();
     Ok(())
+}
+
+/// The agent's own node: the host name, this cluster, `--node-ip`.
+fn local_node(args: &Args) -> LocalNode {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|name| name.trim().to_owned())
+        .unwrap_or_default();
+    LocalNode {
+        name,
+        cluster: args.cluster_name.clone(),
+        cluster_id: args.cluster_id,
+        node_ip: args.node_ip,
+    }
 }
 
 fn serve_api(

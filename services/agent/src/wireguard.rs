@@ -11,12 +11,15 @@ use meshwork_agent_core::clustermesh::remote_state::RemoteStateActor;
 use meshwork_agent_core::wireguard::actor::{ArmGc, GetEncryptStatus, WireGuard, WireGuardConfig};
 use meshwork_agent_core::wireguard::backend::Backend;
 use meshwork_agent_core::wireguard::key::PrivateKey;
+use meshwork_agent_core::wireguard::local_node::LocalNode;
+use meshwork_agent_core::wireguard::metrics::WireguardMetrics;
 use meshwork_agent_core::wireguard::netlink::{KernelBackend, kernel_has_wireguard};
 use meshwork_agent_core::wireguard::status::EncryptStatus;
 use meshwork_agent_core::wireguard::uapi::UapiBackend;
 use meshwork_agent_core::wireguard::userspace::Userspace;
 use meshwork_agent_core::wireguard::{DEFAULT_DEVICE, PRIVATE_KEY_FILE};
 use meshwork_proto::agent::v1 as pb;
+use prometheus_client::registry::Registry;
 use tonic::{Request, Response, Status};
 
 /// The WireGuard flags (Cilium's names).
@@ -46,10 +49,12 @@ pub struct WireguardArgs {
 }
 
 /// Starts the `WireGuard` actor when enabled: the device comes up (or is reused) with its
-/// peers restored, before any remote event arrives.
+/// peers restored, before any remote event arrives. Its metrics go into `registry`.
 pub fn start(
     args: &WireguardArgs,
     state_dir: &std::path::Path,
+    local_node: LocalNode,
+    registry: &mut Registry,
 ) -> anyhow::Result<Option<Addr<WireGuard>>> {
     if !args.enable_wireguard {
         return Ok(None);
@@ -77,6 +82,8 @@ pub fn start(
         private_key: private_key.clone(),
         encrypt_node: args.encrypt_node,
         userspace,
+        metrics: WireguardMetrics::register(registry),
+        local_node,
     })
     .with_context(|| format!("setting up the WireGuard device {device}"))?;
     tracing::info!(device, public_key = %private_key.public_key(), "WireGuard enabled");
@@ -156,5 +163,6 @@ fn to_proto(s: EncryptStatus) -> pb::EncryptStatusResponse {
         rejected_duplicate_keys: s.rejected_duplicate_keys,
         rejected_malformed_keys: s.rejected_malformed_keys,
         last_error: s.last_error,
+        local_node_json: String::from_utf8(s.local_node.to_json()).unwrap_or_default(),
     }
 }

@@ -7,10 +7,12 @@
 //! device only through the UAPI socket; nothing in the root namespace connects to a lab
 //! address.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::{Duration, Instant};
 
 use meshwork_agent_core::kvstore::{EtcdBackend, EtcdConfig};
 use meshwork_agent_core::wireguard::key::{Key, PrivateKey};
@@ -21,6 +23,12 @@ use meshwork_lab::process::LabProcess;
 use meshwork_lab::wait;
 use meshwork_lab::wireguard::{WireguardGo, unique_device_name};
 use serde_json::{Value, json};
+
+mod common {
+    pub mod prometheus;
+}
+
+use common::prometheus;
 
 const NODES: &str = "cilium/state/nodes/v1/c2";
 
@@ -101,10 +109,17 @@ fn remote_cluster(nodes: Vec<(String, Vec<u8>)>) -> EtcdServer {
 struct Agent {
     dir: tempfile::TempDir,
     process: Option<LabProcess>,
+    /// `--prometheus-serve-addr` (empty: no metrics endpoint).
+    metrics_addr: String,
 }
 
 impl Agent {
     fn start(etcd: &EtcdServer, extra: &[&str]) -> Self {
+        Self::start_with_metrics(etcd, String::new(), extra)
+    }
+
+    /// Also serves metrics on `metrics_addr` (127.0.0.1 only).
+    fn start_with_metrics(etcd: &EtcdServer, metrics_addr: String, extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("clustermesh");
         std::fs::create_dir(&config).unwrap();
@@ -113,7 +128,11 @@ impl Agent {
             format!("endpoints:\n- {}\n", etcd.endpoint()),
         )
         .unwrap();
-        let mut agent = Self { dir, process: None };
+        let mut agent = Self {
+            dir,
+            process: None,
+            metrics_addr,
+        };
         agent.spawn(extra);
         agent
     }
@@ -121,15 +140,11 @@ impl Agent {
     fn spawn(&mut self, extra: &[&str]) {
         let mut command = Command::new(env!("CARGO_BIN_EXE_meshwork-agent"));
         command
-            .args([
-                "--cluster-name",
-                "c1",
-                "--cluster-id",
-                "1",
-                "--prometheus-serve-addr",
-                "",
-            ])
+            .args(["--cluster-name", "c1", "--cluster-id", "1"])
             .args(["--clustermesh-sync-timeout", "30s", "--enable-wireguard"])
+            // WireGuard alone: no BPF maps pinned in the host's bpffs.
+            .arg("--enable-bpf-datapath=false")
+            .args(["--prometheus-serve-addr", &self.metrics_addr])
             .arg("--clustermesh-config")
             .arg(self.dir.path().join("clustermesh"))
             .arg("--state-dir")
@@ -167,6 +182,42 @@ impl Agent {
             .then(|| serde_json::from_slice(&output.stdout).unwrap())
     }
 
+    /// Remote cluster `name` as `meshctl status --json` shows it, once the agent answers.
+    fn mesh_cluster(&self, name: &str) -> Option<Value> {
+        let output = Command::new(meshctl())
+            .arg("--socket")
+            .arg(self.socket())
+            .args(["status", "--json"])
+            .output()
+            .unwrap();
+        if !output.status.success() {
+            return None;
+        }
+        let status: Value = serde_json::from_slice(&output.stdout).unwrap();
+        status["clustermesh"]["clusters"]
+            .as_array()?
+            .iter()
+            .find(|c| c["name"] == name)
+            .cloned()
+    }
+
+    /// Waits (60 s at most) until remote cluster c2's status satisfies `check`.
+    fn until_mesh(&self, what: &str, check: impl Fn(&Value) -> bool) -> Value {
+        wait::until(
+            what,
+            Duration::from_secs(60),
+            Duration::from_millis(100),
+            || self.mesh_cluster("c2").filter(|c| check(c)),
+        )
+        .unwrap_or_else(|err| {
+            panic!(
+                "{err}: last c2 status {:?}\nagent log:\n{}",
+                self.mesh_cluster("c2"),
+                self.log()
+            )
+        })
+    }
+
     /// Waits (60 s at most) until the status satisfies `check`.
     fn until(&self, what: &str, check: impl Fn(&Value) -> bool) -> Value {
         let found = wait::until(
@@ -200,6 +251,33 @@ fn peer_keys(status: &Value) -> Vec<String> {
         .collect();
     keys.sort();
     keys
+}
+
+/// What the restored peers still pending GC wait for.
+fn pending_waits(status: &Value) -> Vec<String> {
+    status["pending_gc"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["wait"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// The device's peers with their endpoints and allowed IPs, as wireguard-go reports them
+/// (handshake times and byte counters left out: they move with traffic).
+fn device_peers(wg: &WireguardGo) -> Vec<String> {
+    let mut peers: Vec<String> = Vec::new();
+    for line in wg.uapi_get().unwrap().lines() {
+        if line.starts_with("public_key=") {
+            peers.push(line.to_owned());
+        } else if line.starts_with("endpoint=") || line.starts_with("allowed_ip=") {
+            let peer = peers.last_mut().expect("a peer line first");
+            peer.push(' ');
+            peer.push_str(line);
+        }
+    }
+    peers.sort();
+    peers
 }
 
 fn sorted(mut keys: Vec<String>) -> Vec<String> {
@@ -242,6 +320,12 @@ fn tunnel_survives_an_agent_restart_during_a_partition_and_gc_removes_only_the_d
         s["peers"].as_array().is_some_and(|p| p.len() == 2)
     });
     assert_eq!(status["listen_port"], 51871);
+    // The agent's own node object carries its public key, as other clusters will read it.
+    assert_eq!(
+        status["local_node"]["WireguardPubKey"],
+        status["public_key"]
+    );
+    assert_eq!(status["local_node"]["Cluster"], "c1");
     let pub_a = Key::from_base64(status["public_key"].as_str().unwrap()).unwrap();
     let n1 = status["peers"]
         .as_array()
@@ -265,27 +349,74 @@ fn tunnel_survives_an_agent_restart_during_a_partition_and_gc_removes_only_the_d
     let pod_b: IpAddr = "10.214.2.1".parse().unwrap();
     a.wait_reachable(pod_b, Duration::from_secs(20)).unwrap();
 
-    // A bounded UDP echo stream through the tunnel while the agent restarts: 80 × 100 ms.
-    let stream = udp_echo_stream(&a, &b, 80);
+    // A UDP echo stream through the tunnel from before the restart until after the heal.
+    let stream = EchoStream::start(&a, &b);
+    stream.wait_echoed(5);
+    let device_at_stop = device_peers(&wg_a);
+    assert_eq!(device_at_stop.len(), 2);
 
     agent.stop();
     etcd_delete(&etcd, &format!("{NODES}/n2"));
     etcd.stop(); // the remote cluster is partitioned away
     agent.spawn(&["--wireguard-device", &dev_a]);
     let restarted = agent.until("the restarted agent", |s| s["device_up"] == true);
+    let both = sorted(vec![key_b.public_key().to_base64(), gone_key]);
     assert_eq!(
         peer_keys(&restarted),
-        sorted(vec![key_b.public_key().to_base64(), gone_key]),
+        both,
         "restored peers stay while the remote is unreachable"
     );
-    let waits: Vec<&str> = restarted["pending_gc"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["wait"].as_str().unwrap())
-        .collect();
-    assert_eq!(waits, vec!["NodesSynced", "NodesSynced"]);
-    assert!(wg_a.uapi_get().unwrap().matches("public_key=").count() == 2);
+
+    // The partition outlives the restart: the agent reports c2's connection failing, and
+    // for 3 s from then the peers, their allowed IPs and the stream stay untouched.
+    let failing = agent.until_mesh("c2 reported failing", |c2| {
+        c2["connected"] == false && c2["ready"] == false && c2["failures"].as_u64() >= Some(1)
+    });
+    let since = Instant::now();
+    let (sent_before, lost_before) = (stream.sent(), stream.lost());
+    let device_before = device_peers(&wg_a);
+    assert_eq!(
+        device_before, device_at_stop,
+        "the restart changed the device"
+    );
+    let mut polls = 0;
+    wait::until(
+        "3 s of partition with the agent up",
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+        || {
+            let c2 = agent.mesh_cluster("c2").expect("the agent answers");
+            assert_eq!(c2["ready"], false, "c2 during the partition: {c2}");
+            let status = agent.status().expect("the agent answers");
+            assert_eq!(peer_keys(&status), both, "peers during the partition");
+            assert_eq!(pending_waits(&status), ["NodesSynced", "NodesSynced"]);
+            assert_eq!(device_peers(&wg_a), device_before, "the device was changed");
+            polls += 1;
+            (since.elapsed() >= Duration::from_secs(3)).then_some(())
+        },
+    )
+    .unwrap();
+    assert!(polls >= 10, "the window was watched ({polls} polls)");
+    let c2 = agent.mesh_cluster("c2").unwrap();
+    assert_eq!(
+        c2["connected"], false,
+        "still partitioned after the window: {c2}"
+    );
+    assert!(
+        c2["failures"].as_u64() >= failing["failures"].as_u64(),
+        "{c2}"
+    );
+    assert_eq!(
+        stream.lost(),
+        lost_before,
+        "datagrams lost during the partition"
+    );
+    assert!(
+        stream.sent() >= sent_before + 20,
+        "the stream ran through the window ({} → {})",
+        sent_before,
+        stream.sent()
+    );
     etcd.restart().unwrap();
 
     let synced = agent.until("the deleted node's peer removed", |s| {
@@ -294,13 +425,21 @@ fn tunnel_survives_an_agent_restart_during_a_partition_and_gc_removes_only_the_d
     });
     assert_eq!(peer_keys(&synced), vec![key_b.public_key().to_base64()]);
     assert_eq!(synced["peers"][0]["node"], "c2/n1");
-
-    let (sent, echoed) = stream.join().unwrap();
     assert_eq!(
-        (sent, echoed),
-        (80, 80),
-        "the stream through the tunnel lost datagrams"
+        synced["peers"][0]["allowed_ips"],
+        json!(["10.214.2.0/24"]),
+        "n1's peer kept its allowed IPs"
     );
+
+    // A few more echoes after the heal, then the whole stream must have come back.
+    let after_heal = stream.echoed();
+    stream.wait_echoed(after_heal + 5);
+    let (sent, echoed) = stream.stop();
+    assert!(
+        sent >= 40,
+        "the stream ran through the restart ({sent} sent)"
+    );
+    assert_eq!(echoed, sent, "the stream through the tunnel lost datagrams");
     assert!(synced["peers"][0]["rx_bytes"].as_u64().unwrap() > 0);
     a.wait_reachable(pod_b, Duration::from_secs(5)).unwrap();
 }
@@ -331,8 +470,10 @@ fn duplicate_and_malformed_keys_are_rejected_and_a_vanished_fallback_device_is_r
         node("n3", "10.213.0.4", "10.214.4", "bm90IGEga2V5"), // base64, not 32 bytes
         node("n4", "10.213.0.5", "10.214.5", &key3),
     ]);
-    let mut agent = Agent::start(
+    let metrics_port = wait::free_port().unwrap();
+    let mut agent = Agent::start_with_metrics(
         &etcd,
+        format!("127.0.0.1:{metrics_port}"),
         &[
             "--wireguard-device",
             &dev_a,
@@ -362,6 +503,20 @@ fn duplicate_and_malformed_keys_are_rejected_and_a_vanished_fallback_device_is_r
         "the first node keeps the key"
     );
     assert!(agent.log().contains("detected duplicate public key"));
+    let expected = [
+        r#"meshwork_wireguard_rejected_peers_total{reason="duplicate_key"} 1"#,
+        r#"meshwork_wireguard_rejected_peers_total{reason="malformed_key"} 1"#,
+        "meshwork_wireguard_peers 2",
+        "meshwork_wireguard_restored_peers_pending_gc 0",
+    ];
+    let metrics = wait::until(
+        "the WireGuard metrics",
+        Duration::from_secs(20),
+        Duration::from_millis(100),
+        || prometheus::scrape(metrics_port).filter(|m| expected.iter().all(|l| m.contains(l))),
+    )
+    .unwrap_or_else(|err| panic!("{err}: {:?}", prometheus::scrape(metrics_port)));
+    prometheus::assert_promtool_clean(&metrics);
     let pid = status["userspace_pid"].as_u64().unwrap();
     assert!(pid > 0);
     assert!(
@@ -400,54 +555,120 @@ fn make_executable(path: &Path) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
-/// Sends `count` numbered datagrams from pod a (10.214.1.1) to an echo server on pod b
-/// (10.214.2.1), one per 100 ms, each awaited for at most 1 s. Returns (sent, echoed).
-fn udp_echo_stream(a: &Netns, b: &Netns, count: u32) -> std::thread::JoinHandle<(u32, u32)> {
-    use std::net::UdpSocket;
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, Ordering};
-    let server = b
-        .enter(|| UdpSocket::bind("10.214.2.1:7000"))
-        .unwrap()
-        .unwrap();
-    let client = a
-        .enter(|| UdpSocket::bind("10.214.1.1:0"))
-        .unwrap()
-        .unwrap();
-    client.connect("10.214.2.1:7000").unwrap();
-    client
-        .set_read_timeout(Some(Duration::from_secs(1)))
-        .unwrap();
-    server
-        .set_read_timeout(Some(Duration::from_millis(200)))
-        .unwrap();
-    let done = Arc::new(AtomicBool::new(false));
-    let server_done = Arc::clone(&done);
-    let echo = std::thread::spawn(move || {
-        let mut buf = [0u8; 64];
-        while !server_done.load(Ordering::Relaxed) {
-            if let Ok((n, from)) = server.recv_from(&mut buf) {
-                let _ = server.send_to(&buf[..n], from);
-            }
-        }
-    });
-    std::thread::spawn(move || {
-        let mut echoed = 0;
-        let mut buf = [0u8; 64];
-        for seq in 0..count {
-            client.send(&seq.to_be_bytes()).unwrap();
-            // Late echoes of earlier datagrams are skipped; this one counts if it comes.
-            while let Ok(n) = client.recv(&mut buf) {
-                if n == 4 && buf[..4] == seq.to_be_bytes() {
-                    echoed += 1;
-                    break;
+/// Numbered UDP datagrams from pod a (10.214.1.1) to an echo server on pod b (10.214.2.1),
+/// one per 100 ms until stopped (bounded: 600 at most), each awaited for at most 1 s.
+struct EchoStream {
+    sent: Arc<AtomicU32>,
+    echoed: Arc<AtomicU32>,
+    done: Arc<AtomicBool>,
+    client: Option<std::thread::JoinHandle<()>>,
+    echo: Option<std::thread::JoinHandle<()>>,
+}
+
+impl EchoStream {
+    const MAX: u32 = 600;
+
+    fn start(a: &Netns, b: &Netns) -> Self {
+        let server = b
+            .enter(|| UdpSocket::bind("10.214.2.1:7000"))
+            .unwrap()
+            .unwrap();
+        let client = a
+            .enter(|| UdpSocket::bind("10.214.1.1:0"))
+            .unwrap()
+            .unwrap();
+        client.connect("10.214.2.1:7000").unwrap();
+        client
+            .set_read_timeout(Some(Duration::from_secs(1)))
+            .unwrap();
+        server
+            .set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let done = Arc::new(AtomicBool::new(false));
+        let sent = Arc::new(AtomicU32::new(0));
+        let echoed = Arc::new(AtomicU32::new(0));
+        let server_done = Arc::clone(&done);
+        let echo = std::thread::spawn(move || {
+            let mut buf = [0u8; 64];
+            while !server_done.load(Ordering::Relaxed) {
+                if let Ok((n, from)) = server.recv_from(&mut buf) {
+                    let _ = server.send_to(&buf[..n], from);
                 }
             }
-            // Pacing of the traffic, not synchronisation.
-            std::thread::sleep(Duration::from_millis(100));
+        });
+        let (client_done, client_sent, client_echoed) =
+            (Arc::clone(&done), Arc::clone(&sent), Arc::clone(&echoed));
+        let client = std::thread::spawn(move || {
+            let mut buf = [0u8; 64];
+            for seq in 0..Self::MAX {
+                if client_done.load(Ordering::Relaxed) {
+                    break;
+                }
+                client.send(&seq.to_be_bytes()).unwrap();
+                // Late echoes of earlier datagrams are skipped; this one counts if it comes.
+                let mut got = false;
+                while let Ok(n) = client.recv(&mut buf) {
+                    if n == 4 && buf[..4] == seq.to_be_bytes() {
+                        got = true;
+                        break;
+                    }
+                }
+                // Counted together so that sent - echoed is the loss at any time.
+                if got {
+                    client_echoed.fetch_add(1, Ordering::SeqCst);
+                }
+                client_sent.fetch_add(1, Ordering::SeqCst);
+                // Pacing of the traffic, not synchronisation.
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        Self {
+            sent,
+            echoed,
+            done,
+            client: Some(client),
+            echo: Some(echo),
         }
-        done.store(true, Ordering::Relaxed);
-        echo.join().unwrap();
-        (count, echoed)
-    })
+    }
+
+    fn sent(&self) -> u32 {
+        self.sent.load(Ordering::SeqCst)
+    }
+
+    fn echoed(&self) -> u32 {
+        self.echoed.load(Ordering::SeqCst)
+    }
+
+    /// Datagrams whose echo never came (so far).
+    fn lost(&self) -> u32 {
+        // echoed is bumped before sent: read it second so a datagram in between is not lost.
+        let sent = self.sent();
+        sent - self.echoed().min(sent)
+    }
+
+    /// Waits (20 s at most) until `count` datagrams have come back.
+    fn wait_echoed(&self, count: u32) {
+        wait::until(
+            "echoes through the tunnel",
+            Duration::from_secs(20),
+            Duration::from_millis(50),
+            || (self.echoed() >= count).then_some(()),
+        )
+        .unwrap();
+    }
+
+    /// Stops the stream; returns (sent, echoed).
+    fn stop(mut self) -> (u32, u32) {
+        self.done.store(true, Ordering::Relaxed);
+        for thread in [self.client.take(), self.echo.take()].into_iter().flatten() {
+            thread.join().unwrap();
+        }
+        (self.sent(), self.echoed())
+    }
+}
+
+impl Drop for EchoStream {
+    fn drop(&mut self) {
+        self.done.store(true, Ordering::Relaxed);
+    }
 }

@@ -57,6 +57,8 @@ pub fn to_json(s: &EncryptStatusResponse) -> Value {
         "rejected_duplicate_keys": s.rejected_duplicate_keys,
         "rejected_malformed_keys": s.rejected_malformed_keys,
         "last_error": s.last_error,
+        // The node object as JSON (null if the agent sent none or it does not parse).
+        "local_node": serde_json::from_str::<Value>(&s.local_node_json).unwrap_or(Value::Null),
         "peers": s.peers.iter().map(|p| json!({
             "public_key": p.public_key,
             "node": p.node,

@@ -10,6 +10,8 @@ use meshwork_agent_core::clustermesh::events::{Change, RemoteEvent, RemoteEvents
 use meshwork_agent_core::types::{Address, AddressType, IpPrefix, Node};
 use meshwork_agent_core::wireguard::actor::{FlushNow, WireGuard, WireGuardConfig};
 use meshwork_agent_core::wireguard::key::{Key, PrivateKey};
+use meshwork_agent_core::wireguard::local_node::LocalNode;
+use meshwork_agent_core::wireguard::metrics::WireguardMetrics;
 use meshwork_agent_core::wireguard::uapi::UapiBackend;
 use meshwork_lab::net::LabNet;
 use meshwork_lab::wireguard::{WireguardGo, uapi_errno, uapi_request, unique_device_name};
@@ -115,6 +117,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             private_key: PrivateKey::generate(),
             encrypt_node: false,
             userspace: None,
+            metrics: WireguardMetrics::default(),
+            local_node: LocalNode::default(),
         })?
         .start_own_arbiter();
         let batch = RemoteEvents(events(&peers)?);
