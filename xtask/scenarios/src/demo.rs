@@ -97,7 +97,7 @@ async fn proof_step(binaries: &binaries::Binaries) -> anyhow::Result<()> {
     let with = Box::pin(crate::proof::run_once(binaries, true)).await?;
     let without = Box::pin(crate::proof::run_once(binaries, false)).await?;
     println!(
-        "  {:<44} {:>8} {:>12}\n  {:<44} {:>8} {:>12}\n  {:<44} {:>8} {:>12}",
+        "  {:<58} {:>6} {:>12}\n  {:<58} {:>6} {:>12}\n  {:<58} {:>6} {:>12}",
         "",
         "drops",
         "stream gaps",
