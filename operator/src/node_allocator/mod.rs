@@ -147,6 +147,11 @@ impl NodeAllocator {
         self.last_error = error;
     }
 
+    /// The operator's side of the release handshake.
+    pub fn release_state(&self) -> &ReleaseState {
+        &self.release
+    }
+
     /// `status.ipam.release-ips` to publish, given the stored one (`agent`).
     pub fn release_status(&self, agent: &ReleaseMap) -> ReleaseMap {
         self.release.publish(agent)
