@@ -4,7 +4,10 @@
 use std::error::Error;
 
 /// The API's files, relative to this crate's root (which is also the include path).
-const PROTOS: &[&str] = &["meshwork/agent/v1/agent.proto"];
+const PROTOS: &[&str] = &[
+    "meshwork/agent/v1/agent.proto",
+    "meshwork/operator/v1/ipam.proto",
+];
 
 fn main() -> Result<(), Box<dyn Error>> {
     // prost-build only emits rerun hints when it runs protoc itself; here it doesn't.

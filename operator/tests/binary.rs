@@ -1,6 +1,7 @@
 //! The real `meshwork-operator` binary in kvstore mode against moto and etcd: a CiliumNode
 //! key for a moto instance gets its ENI and pool published, `/healthz` and `/metrics`
-//! answer, and SIGTERM ends it with exit status 0.
+//! answer, the NodeIpam gRPC service serves the snapshot, and SIGTERM ends it with exit
+//! status 0.
 
 mod common;
 
@@ -71,11 +72,13 @@ async fn the_binary_allocates_for_an_etcd_node_and_exits_0_on_sigterm() {
         .expect("put");
 
     let port = meshwork_lab::wait::free_port().expect("port");
+    let grpc_port = meshwork_lab::wait::free_port().expect("port");
     let operator = Command::new(env!("CARGO_BIN_EXE_meshwork-operator"))
         .args(["--cluster-name", "lab", "--aws-region", "us-east-1"])
         .args(["--ec2-endpoint", &lab.moto.endpoint()])
         .args(["--kvstore-endpoints", &etcd.endpoint()])
         .args(["--prometheus-serve-addr", &format!("127.0.0.1:{port}")])
+        .args(["--grpc-serve-addr", &format!("127.0.0.1:{grpc_port}")])
         .stdin(Stdio::null())
         .spawn()
         .expect("start meshwork-operator");
@@ -118,6 +121,22 @@ async fn the_binary_allocates_for_an_etcd_node_and_exits_0_on_sigterm() {
         "{metrics}"
     );
     assert!(metrics.contains("meshwork_ipam_api_rate_limit_duration_seconds"));
+
+    // The NodeIpam service serves the same snapshot.
+    let mut client = meshwork_proto::operator::v1::node_ipam_client::NodeIpamClient::connect(
+        format!("http://127.0.0.1:{grpc_port}"),
+    )
+    .await
+    .expect("gRPC connect");
+    let snapshot = client
+        .get_node_ipam(meshwork_proto::operator::v1::GetNodeIpamRequest {
+            node: "node-1".to_owned(),
+        })
+        .await
+        .expect("GetNodeIpam")
+        .into_inner();
+    assert_eq!(snapshot.pool.len(), 8);
+    assert_eq!(snapshot.enis.len(), 2);
 
     let pid = operator.0.id().to_string();
     let killed = Command::new("kill")

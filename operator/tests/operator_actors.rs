@@ -14,9 +14,8 @@ use etcd_client::{Client, EventType, WatchOptions};
 use meshwork_lab::etcd::{EtcdOptions, EtcdServer};
 use meshwork_operator::cilium_node::{AllocationIp, CiliumNode, CiliumNodeSpec};
 use meshwork_operator::instances::shared;
-use meshwork_operator::limits::LimitsTable;
 use meshwork_operator::manager::{
-    self, GetNodes, InstancesConfig, ManagerConfig, PassDeps, ReleaseConfig, watch,
+    self, GetNodes, InstancesConfig, LimitsCache, ManagerConfig, PassDeps, ReleaseConfig, watch,
 };
 use meshwork_operator::model::Tags;
 use meshwork_operator::node_store::etcd::{decode, key};
@@ -145,7 +144,7 @@ async fn start(instances: InstancesConfig, config: ManagerConfig) -> Running {
     let deps = PassDeps {
         ec2: lab.ec2.clone(),
         cache: shared(),
-        limits: Arc::new(std::sync::RwLock::new(LimitsTable::new())),
+        limits: Arc::new(LimitsCache::default()),
         store: EtcdStore::new(client.clone()),
         release: ReleaseConfig::default(),
     };
@@ -169,6 +168,51 @@ fn assert_clean(seen: &Arc<Mutex<Seen>>) {
     assert!(seen.violations.is_empty(), "{:?}", seen.violations);
 }
 
+/// The NodeIpam service serves node-a's published snapshot: every pool IP's ENI included.
+async fn check_grpc(run: &Running) {
+    use meshwork_operator::grpc::NodeIpamService;
+    use meshwork_proto::operator::v1::GetNodeIpamRequest;
+    use meshwork_proto::operator::v1::node_ipam_client::NodeIpamClient;
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let service = NodeIpamService::new(run.operator.nodes.clone().recipient());
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(service.into_server())
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    let mut client = NodeIpamClient::connect(format!("http://{addr}"))
+        .await
+        .expect("connect");
+    let snapshot = client
+        .get_node_ipam(GetNodeIpamRequest {
+            node: "node-a".to_owned(),
+        })
+        .await
+        .expect("node-a")
+        .into_inner();
+    assert_eq!(snapshot.pool.len(), 8);
+    let enis: BTreeSet<&str> = snapshot.enis.iter().map(|e| e.id.as_str()).collect();
+    assert!(
+        snapshot
+            .pool
+            .iter()
+            .all(|ip| enis.contains(ip.resource.as_str())),
+        "{snapshot:?}"
+    );
+    assert!(!snapshot.generation.is_empty());
+    let missing = client
+        .get_node_ipam(GetNodeIpamRequest {
+            node: "nope".to_owned(),
+        })
+        .await
+        .expect_err("unknown node");
+    assert_eq!(missing.code(), tonic::Code::NotFound);
+}
+
 #[actix_rt::test]
 async fn nodes_are_learnt_from_etcd_allocated_and_dropped_on_delete() {
     let run = start(InstancesConfig::default(), ManagerConfig::default()).await;
@@ -182,6 +226,8 @@ async fn nodes_are_learnt_from_etcd_allocated_and_dropped_on_delete() {
         let node = wait_for(client, name, "a pool of 8", |n| n.spec.ipam.pool.len() == 8).await;
         assert_eq!(eni_count(&node), 2, "eth0 and one new ENI");
     }
+
+    check_grpc(&run).await;
 
     // The agent of node-a uses 7: pre-allocate 8 brings the pool to 15.
     let mut node_a = get(client, "node-a").await.expect("node-a");

@@ -23,8 +23,8 @@ use crate::model::Tags;
 use crate::node_store::NodeStore;
 
 pub use instances_actor::{CacheSynced, InstancesConfig, InstancesManager, Resync};
-pub use node_actor::{ConnectInstances, GetNodes, NodeEvent, NodeManager};
-pub use pass::{PassDeps, ReleaseConfig, SharedLimits};
+pub use node_actor::{ConnectInstances, GetNodes, GetSnapshot, NodeEvent, NodeManager, Snapshot};
+pub use pass::{LimitsCache, PassDeps, ReleaseConfig, SharedLimits};
 pub use queue::NodeQueue;
 pub use resync::ResyncFilter;
 

@@ -41,6 +41,22 @@ pub struct ConnectInstances(pub Recipient<Resync>);
 #[rtype(result = "Vec<String>")]
 pub struct GetNodes;
 
+/// The latest published object of a node (for the `NodeIpam` gRPC service).
+#[derive(Debug, Message)]
+#[rtype(result = "Snapshot")]
+pub struct GetSnapshot(pub String);
+
+/// The answer to [`GetSnapshot`].
+#[derive(Debug)]
+pub enum Snapshot {
+    /// No ENI node of that name.
+    Unknown,
+    /// Known, but nothing published yet.
+    Unpublished,
+    /// The newest stored object: status and pool of one generation.
+    Published(Box<CiliumNode>),
+}
+
 /// The actor.
 pub struct NodeManager<S: NodeStore + Clone + Unpin + 'static> {
     queue: NodeQueue,
@@ -76,16 +92,11 @@ impl<S: NodeStore + Clone + Unpin + 'static> NodeManager<S> {
         while self.running < self.workers {
             let deps = Arc::clone(&self.deps);
             let Some(next) = self.queue.next(now, |allocator, node| {
-                let limits = deps.limits.read().unwrap_or_else(PoisonError::into_inner);
+                let limits = deps.limits.get(&allocator.spec().eni.instance_type);
                 let cache = deps.cache.read().unwrap_or_else(PoisonError::into_inner);
                 let used = used_addresses(node).len();
-                plan(
-                    allocator.spec(),
-                    used,
-                    limits.get(&allocator.spec().eni.instance_type),
-                    &cache,
-                )
-                .map_or(0, |plan| plan.stats.needed)
+                plan(allocator.spec(), used, limits.as_ref(), &cache)
+                    .map_or(0, |plan| plan.stats.needed)
             }) else {
                 break;
             };
@@ -178,5 +189,24 @@ impl<S: NodeStore + Clone + Unpin + 'static> Handler<GetNodes> for NodeManager<S
 
     fn handle(&mut self, _: GetNodes, _: &mut Context<Self>) -> Vec<String> {
         self.queue.names()
+    }
+}
+
+impl<S: NodeStore + Clone + Unpin + 'static> Handler<GetSnapshot> for NodeManager<S> {
+    type Result = MessageResult<GetSnapshot>;
+
+    fn handle(&mut self, query: GetSnapshot, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(match self.queue.latest(&query.0) {
+            None => Snapshot::Unknown,
+            Some(node)
+                if node
+                    .status
+                    .as_ref()
+                    .is_none_or(|status| status.eni.enis.is_empty()) =>
+            {
+                Snapshot::Unpublished
+            }
+            Some(node) => Snapshot::Published(Box::new(node.clone())),
+        })
     }
 }

@@ -15,8 +15,58 @@ use crate::node_store::{LiveNode, NodeStore, OperatorState, StoreError, compose}
 
 use super::queue::{Pass, PassOutcome};
 
-/// Instance-type limits shared by every pass (described on first use, overrides first).
-pub type SharedLimits = Arc<RwLock<LimitsTable>>;
+/// Instance-type limits shared by every pass: described once per type on first use (one
+/// DescribeInstanceTypes however many nodes of the type start at once), overrides first.
+#[derive(Debug, Default)]
+pub struct LimitsCache {
+    table: RwLock<LimitsTable>,
+    describing: tokio::sync::Mutex<()>,
+}
+
+/// The limits cache, shared.
+pub type SharedLimits = Arc<LimitsCache>;
+
+impl LimitsCache {
+    /// A cache starting from `table` (e.g. overrides).
+    pub fn new(table: LimitsTable) -> Self {
+        Self {
+            table: RwLock::new(table),
+            describing: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The limits of `instance_type`, if known.
+    pub fn get(&self, instance_type: &str) -> Option<Limits> {
+        self.table
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(instance_type)
+            .cloned()
+    }
+
+    /// The limits of `instance_type`, describing the type if it is not known yet (one
+    /// describe at a time; whoever waited finds the answer of the one before).
+    pub async fn get_or_describe(&self, ec2: &Ec2, instance_type: &str) -> Option<Limits> {
+        if let Some(known) = self.get(instance_type) {
+            return Some(known);
+        }
+        let _describing = self.describing.lock().await;
+        if let Some(known) = self.get(instance_type) {
+            return Some(known);
+        }
+        match LimitsTable::describe(ec2, &[instance_type.to_owned()]).await {
+            Ok(described) => {
+                let mut table = self.table.write().unwrap_or_else(PoisonError::into_inner);
+                table.merge(described);
+                table.get(instance_type).cloned()
+            }
+            Err(err) => {
+                tracing::warn!(%err, instance_type, "describing the instance type failed");
+                None
+            }
+        }
+    }
+}
 
 /// Excess release settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,30 +138,6 @@ fn release_answers(node: &CiliumNode) -> ReleaseMap {
         .unwrap_or_default()
 }
 
-/// The limits of `instance_type`, describing the type if it is not known yet.
-async fn limits_of<S>(deps: &PassDeps<S>, instance_type: &str) -> Option<Limits> {
-    let known = deps
-        .limits
-        .read()
-        .unwrap_or_else(PoisonError::into_inner)
-        .get(instance_type)
-        .cloned();
-    if known.is_some() {
-        return known;
-    }
-    match LimitsTable::describe(&deps.ec2, &[instance_type.to_owned()]).await {
-        Ok(described) => {
-            let mut table = deps.limits.write().unwrap_or_else(PoisonError::into_inner);
-            table.merge(described);
-            table.get(instance_type).cloned()
-        }
-        Err(err) => {
-            tracing::warn!(%err, instance_type, "describing the instance type failed");
-            None
-        }
-    }
-}
-
 /// Whether an error may go away by retrying soon (EC2 hiccups), as opposed to one that
 /// needs a change first (no subnet, exhausted subnet, instance gone, unknown limits).
 fn is_transient(err: &AllocateError) -> bool {
@@ -129,7 +155,10 @@ pub async fn run<S: NodeStore>(deps: &PassDeps<S>, pass: Pass) -> PassResult {
         latest,
     } = pass;
     let spec = allocator.spec().clone();
-    let limits = limits_of(deps, &spec.eni.instance_type).await;
+    let limits = deps
+        .limits
+        .get_or_describe(&deps.ec2, &spec.eni.instance_type)
+        .await;
     let used = used_addresses(&latest);
     let mut cache = deps.cache.clone();
     let mut mutated = false;

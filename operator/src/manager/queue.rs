@@ -172,6 +172,11 @@ impl NodeQueue {
         self.nodes.keys().cloned().collect()
     }
 
+    /// The newest stored object of a node.
+    pub fn latest(&self, name: &str) -> Option<&CiliumNode> {
+        self.nodes.get(name).map(|entry| &entry.latest)
+    }
+
     /// True if the node is known.
     pub fn contains(&self, name: &str) -> bool {
         self.nodes.contains_key(name)

@@ -96,6 +96,10 @@ pub struct RunArgs {
     /// Address of `/metrics` and `/healthz` (empty disables).
     #[arg(long, default_value = "127.0.0.1:9963")]
     pub prometheus_serve_addr: String,
+    /// Address of the `meshwork.operator.v1.NodeIpam` gRPC service, which serves each node
+    /// its published allocation as one snapshot (empty disables).
+    #[arg(long, default_value = "")]
+    pub grpc_serve_addr: String,
 }
 
 /// Where the CiliumNodes live.
@@ -141,14 +145,22 @@ impl RunArgs {
 
     /// The metrics address, if enabled.
     pub fn metrics_addr(&self) -> anyhow::Result<Option<SocketAddr>> {
-        if self.prometheus_serve_addr.is_empty() {
-            return Ok(None);
-        }
-        self.prometheus_serve_addr
-            .parse()
-            .map(Some)
-            .with_context(|| format!("--prometheus-serve-addr {:?}", self.prometheus_serve_addr))
+        optional_addr("--prometheus-serve-addr", &self.prometheus_serve_addr)
     }
+
+    /// The gRPC address, if enabled.
+    pub fn grpc_addr(&self) -> anyhow::Result<Option<SocketAddr>> {
+        optional_addr("--grpc-serve-addr", &self.grpc_serve_addr)
+    }
+}
+
+fn optional_addr(flag: &str, text: &str) -> anyhow::Result<Option<SocketAddr>> {
+    if text.is_empty() {
+        return Ok(None);
+    }
+    text.parse()
+        .map(Some)
+        .with_context(|| format!("{flag} {text:?}"))
 }
 
 /// `k1=v1,k2=v2` → tags (empty string → none).

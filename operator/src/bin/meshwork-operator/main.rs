@@ -8,7 +8,8 @@ mod args;
 mod http;
 
 use std::io::Write;
-use std::sync::{Arc, RwLock};
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -16,10 +17,11 @@ use clap::Parser;
 use kube::CustomResourceExt;
 use meshwork_operator::cilium_node::CiliumNode;
 use meshwork_operator::ec2::{Ec2, Ec2Config, Ec2Metrics, SubnetFilter};
+use meshwork_operator::grpc::NodeIpamService;
 use meshwork_operator::instances::shared;
-use meshwork_operator::limits::LimitsTable;
 use meshwork_operator::manager::{
-    self, InstancesConfig, ManagerConfig, PassDeps, ReleaseConfig, ResyncFilter, watch,
+    self, GetSnapshot, InstancesConfig, LimitsCache, ManagerConfig, PassDeps, ReleaseConfig,
+    ResyncFilter, watch,
 };
 use meshwork_operator::node_store::{EtcdStore, KubeStore, NodeStore};
 use prometheus_client::registry::Registry;
@@ -47,21 +49,30 @@ fn main() -> anyhow::Result<()> {
     // Check the settings before starting anything.
     let store = run.store()?;
     let region = run.region()?;
-    let metrics_addr = run.metrics_addr()?;
+    let addrs = Addrs {
+        metrics: run.metrics_addr()?,
+        grpc: run.grpc_addr()?,
+    };
     actix_rt::System::with_tokio_rt(|| {
         tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()
             .expect("a tokio runtime")
     })
-    .block_on(operate(run, store, region, metrics_addr))
+    .block_on(operate(run, store, region, addrs))
+}
+
+/// Where the operator serves.
+struct Addrs {
+    metrics: Option<SocketAddr>,
+    grpc: Option<SocketAddr>,
 }
 
 async fn operate(
     run: RunArgs,
     store: StoreChoice,
     region: String,
-    metrics_addr: Option<std::net::SocketAddr>,
+    addrs: Addrs,
 ) -> anyhow::Result<()> {
     let mut registry = Registry::with_prefix("meshwork");
     let metrics = Ec2Metrics::register(&mut registry);
@@ -74,23 +85,34 @@ async fn operate(
         .context("setting up EC2")?;
     let mut terminate = signal(SignalKind::terminate()).context("SIGTERM handler")?;
     let mut interrupt = signal(SignalKind::interrupt()).context("SIGINT handler")?;
-    let listener = match metrics_addr {
+    let listener = match addrs.metrics {
         Some(addr) => Some(http::bind(addr).await?),
         None => None,
     };
+    let grpc_listener = match addrs.grpc {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding the gRPC endpoint {addr}"))?,
+        ),
+        None => None,
+    };
 
+    let snapshots: Option<actix::Recipient<GetSnapshot>>;
     match store {
         StoreChoice::Etcd(endpoints) => {
             let client = etcd_client::Client::connect(&endpoints, None)
                 .await
                 .with_context(|| format!("connecting to etcd at {endpoints:?}"))?;
             let operator = start(&run, ec2, EtcdStore::new(client.clone()));
+            snapshots = Some(operator.nodes.clone().recipient());
             tokio::spawn(watch::watch_etcd(client, operator.nodes.recipient()));
             tracing::info!(?endpoints, "watching CiliumNodes in etcd");
         }
         StoreChoice::Kube(kubeconfig) => {
             let client = kube_client(kubeconfig).await?;
             let operator = start(&run, ec2, KubeStore::new(client.clone()));
+            snapshots = Some(operator.nodes.clone().recipient());
             tokio::spawn(watch::watch_kube(
                 kube::Api::all(client),
                 operator.nodes.recipient(),
@@ -99,6 +121,18 @@ async fn operate(
         }
     }
 
+    let (stop_grpc, grpc_stopped) = tokio::sync::oneshot::channel::<()>();
+    let grpc = grpc_listener.zip(snapshots).map(|(listener, snapshots)| {
+        tracing::info!(addr = ?listener.local_addr().ok(), "serving meshwork.operator.v1.NodeIpam");
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(NodeIpamService::new(snapshots).into_server())
+                .serve_with_incoming_shutdown(incoming, async move {
+                    let _ = grpc_stopped.await;
+                }),
+        )
+    });
     let (stop_http, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = listener.map(|listener| {
         tracing::info!(addr = ?listener.local_addr().ok(), "serving /metrics and /healthz");
@@ -113,6 +147,14 @@ async fn operate(
     // Passes in flight are dropped: an ENI created but not yet attached is collected by the
     // next operator's GC (it carries the cluster's tags).
     drop(stop_http);
+    drop(stop_grpc);
+    if let Some(grpc) = grpc {
+        match tokio::time::timeout(Duration::from_secs(5), grpc).await {
+            Ok(Ok(result)) => result.context("serving gRPC")?,
+            Ok(Err(err)) => tracing::warn!(%err, "gRPC server task failed"),
+            Err(_) => tracing::warn!("gRPC server did not stop in time"),
+        }
+    }
     if let Some(server) = server {
         match tokio::time::timeout(Duration::from_secs(5), server).await {
             Ok(Ok(result)) => result?,
@@ -133,7 +175,7 @@ fn start<S: NodeStore + Clone + Unpin + 'static>(
     let deps = PassDeps {
         ec2,
         cache: shared(),
-        limits: Arc::new(RwLock::new(LimitsTable::new())),
+        limits: Arc::new(LimitsCache::default()),
         store,
         release: ReleaseConfig {
             enabled: run.aws_release_excess_ips,
