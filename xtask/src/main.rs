@@ -49,6 +49,9 @@ enum Bench {
     Kvstore,
     /// 4 remote clusters synced by a real agent vs raw reads; propagation p99; RSS at 1M.
     Sync,
+    /// 100 nodes to pre-allocate 8 through the operator against moto: EC2 calls per node,
+    /// wall time vs calls ÷ qps.
+    Eni,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -57,17 +60,19 @@ fn main() -> anyhow::Result<()> {
         Command::Test { runner_args } => cargo::test_suite(&runner_args),
         Command::Demo => {
             setup::run()?;
-            cargo::run_scenario(false, &["demo"])
+            cargo::run_scenario(false, true, &["demo"])
         }
         Command::Bench { name, args } => {
             setup::run()?;
-            let name = match name {
-                Bench::Kvstore => "kvstore",
-                Bench::Sync => "sync",
+            let (name, binaries) = match name {
+                Bench::Kvstore => ("kvstore", true),
+                Bench::Sync => ("sync", true),
+                // In-process actors only: no agent or meshctl build needed.
+                Bench::Eni => ("eni", false),
             };
             let mut scenario = vec!["bench", name];
             scenario.extend(args.iter().map(String::as_str));
-            cargo::run_scenario(true, &scenario)
+            cargo::run_scenario(true, binaries, &scenario)
         }
     }
 }

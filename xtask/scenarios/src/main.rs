@@ -3,6 +3,7 @@
 //! Run through `cargo xtask demo` and `cargo xtask bench <name>`, which install what is
 //! missing first.
 
+mod bench_eni;
 mod bench_kvstore;
 mod bench_sync;
 mod binaries;
@@ -40,6 +41,9 @@ enum Bench {
     Kvstore(bench_kvstore::Args),
     /// Remote clusters synced by a real agent vs raw reads; propagation latency; peak RSS.
     Sync(bench_sync::Args),
+    /// 100 nodes from zero to pre-allocate 8 through the operator against moto: EC2 calls
+    /// per node, wall time vs the token bucket's floor.
+    Eni(bench_eni::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -58,6 +62,17 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Demo(args) => runtime.block_on(demo::run(args)),
         Command::Bench(Bench::Kvstore(args)) => runtime.block_on(bench_kvstore::run(args)),
+        Command::Bench(Bench::Eni(args)) => {
+            drop(runtime);
+            // The operator's actors need an actix system.
+            actix_rt::System::with_tokio_rt(|| {
+                tokio::runtime::Builder::new_multi_thread()
+                    .enable_all()
+                    .build()
+                    .expect("a tokio runtime")
+            })
+            .block_on(bench_eni::run(args))
+        }
         Command::Bench(Bench::Sync(args)) => {
             drop(runtime);
             // The in-process part runs the agent's actors: they need an actix system.
