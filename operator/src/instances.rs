@@ -119,6 +119,11 @@ impl InstanceCache {
         self.apply_resync(ticket, snapshot)
     }
 
+    /// A counter bumped by every local change (what the operator did since a resync).
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
     /// Notes where a resync starts; pass the ticket to [`Self::apply_resync`].
     pub fn begin_resync(&self) -> ResyncTicket {
         ResyncTicket(self.generation)

@@ -131,7 +131,11 @@ struct Running {
 }
 
 async fn start(instances: InstancesConfig, config: ManagerConfig) -> Running {
-    let lab = Lab::start("10.213.0.0/24").await;
+    start_in("10.213.0.0/24", instances, config).await
+}
+
+async fn start_in(subnet: &str, instances: InstancesConfig, config: ManagerConfig) -> Running {
+    let lab = Lab::start(subnet).await;
     let etcd = EtcdServer::start_with(EtcdOptions {
         data_in_memory: true,
         ..EtcdOptions::default()
@@ -367,4 +371,55 @@ async fn leaked_enis_carrying_the_eni_tags_are_collected() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     drop(run.operator);
+}
+
+#[actix_rt::test]
+async fn an_exhausted_subnet_is_published_as_an_error_and_not_retried_in_a_loop() {
+    let instances = InstancesConfig {
+        interval: Duration::from_millis(300),
+        ..InstancesConfig::default()
+    };
+    // A /28: 11 usable addresses, the instance's primary takes one.
+    let run = start_in("10.213.0.0/28", instances, ManagerConfig::default()).await;
+    let (lab, client) = (&run.lab, &run.client);
+    let instance = lab.instance("m5.large").await;
+    let mut node = cilium_node("node-a", &instance, "m5.large", lab);
+    node.spec.eni.first_interface_index = Some(0);
+    node.spec.ipam.min_allocate = 20;
+    put(client, &node).await;
+
+    let published = wait_for(client, "node-a", "an operator error", |n| {
+        n.status
+            .as_ref()
+            .is_some_and(|s| !s.ipam.operator_status.error.is_empty())
+    })
+    .await;
+    let error = published.status.expect("status").ipam.operator_status.error;
+    assert!(error.contains("is exhausted"), "{error}");
+    assert_eq!(
+        published.spec.ipam.pool.len(),
+        9,
+        "what fitted on eth0 is published"
+    );
+
+    // Several resyncs later (each one wakes every node), EC2 saw no further attempt.
+    let mutations = |lab: &Lab| {
+        ["AssignPrivateIpAddresses", "CreateNetworkInterface"]
+            .iter()
+            .map(|action| lab.call_count(action))
+            .sum::<u64>()
+    };
+    let before = mutations(lab);
+    let resyncs = lab.call_count("DescribeNetworkInterfaces");
+    let start = tokio::time::Instant::now();
+    while lab.call_count("DescribeNetworkInterfaces") < resyncs + 3 {
+        assert!(start.elapsed() < DEADLINE, "no resyncs");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        mutations(lab),
+        before,
+        "no retry loop on an exhausted subnet"
+    );
+    assert_clean(&run.seen);
 }

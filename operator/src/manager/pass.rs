@@ -161,19 +161,17 @@ pub async fn run<S: NodeStore>(deps: &PassDeps<S>, pass: Pass) -> PassResult {
         .await;
     let used = used_addresses(&latest);
     let mut cache = deps.cache.clone();
-    let mut mutated = false;
+    let generation = cache.with(|c| c.generation());
     let mut outcome = PassOutcome::Settled;
     let mut failure = None;
-    match allocator
+    // A failed EC2 step may still have changed EC2 (an ENI created, then deleted again).
+    let mut ec2_failed = false;
+    if let Err(err) = allocator
         .maintain(&deps.ec2, &mut cache, limits.as_ref(), used.len())
         .await
     {
-        Ok(report) => mutated |= report.steps > 0,
-        Err(err) => {
-            // A failed step may still have changed EC2 (e.g. an ENI created then deleted).
-            mutated |= !matches!(err, AllocateError::Plan { .. });
-            failure = Some(err);
-        }
+        ec2_failed = !matches!(err, AllocateError::Plan { .. });
+        failure = Some(err);
     }
     if failure.is_none() && deps.release.enabled {
         match allocator
@@ -188,14 +186,18 @@ pub async fn run<S: NodeStore>(deps: &PassDeps<S>, pass: Pass) -> PassResult {
             )
             .await
         {
-            Ok(released) => mutated |= released > 0,
-            Err(err) => failure = Some(err),
+            Ok(_) => {}
+            Err(err) => {
+                ec2_failed = true;
+                failure = Some(err);
+            }
         }
         if !allocator.release_state().is_idle() {
             // Waiting for the delay or the agent; the agent's answers also wake the node.
             outcome = PassOutcome::Again;
         }
     }
+    let mutated = ec2_failed || cache.with(|c| c.generation()) != generation;
     let error = failure
         .as_ref()
         .map(ToString::to_string)
