@@ -118,3 +118,6 @@ pub async fn watch_kube(api: Api<CiliumNode>, sink: Recipient<NodeEvent>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
