@@ -73,7 +73,7 @@ async fn subnet_filters_admit_only_the_chosen_subnets() {
     };
     assert_eq!(
         ids(&resync(&lab, &by_ids, &Tags::new()).await),
-        [lab.subnet.clone()]
+        [lab.subnet.as_str()]
     );
     let by_tags = SubnetFilter {
         ids: Vec::new(),
