@@ -50,8 +50,8 @@ pub enum PassOutcome {
     Settled,
     /// More to do (e.g. a release waiting for its delay): pass again when allowed.
     Again,
-    /// A transient failure (EC2 hiccup, store error): pass again after a delay doubling
-    /// with each failure in a row, from [`MIN_PASS_INTERVAL`] to [`MAX_RETRY_DELAY`].
+    /// A transient failure (EC2 hiccup, store error): pass again after a delay of twice
+    /// [`MIN_PASS_INTERVAL`], doubling with each failure in a row up to [`MAX_RETRY_DELAY`].
     Retry,
 }
 
