@@ -218,6 +218,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     let wall = start.elapsed();
     let calls = moto.call_counts()?;
+    // Stop watching before etcd goes, so the run ends quietly.
+    watching.abort();
     drop(operator.instances);
 
     let nodes = args.nodes as f64;
