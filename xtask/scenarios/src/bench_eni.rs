@@ -202,7 +202,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     };
     let start = Instant::now();
     let operator = manager::start(deps, &ManagerConfig::default(), InstancesConfig::default());
-    tokio::spawn(watch::watch_etcd(
+    let watching = tokio::spawn(watch::watch_etcd(
         client.clone(),
         operator.nodes.recipient(),
     ));
