@@ -8,6 +8,7 @@ const PROTOS: &[&str] = &[
     "meshwork/agent/v1/agent.proto",
     "meshwork/agent/v1/datapath.proto",
     "meshwork/agent/v1/encrypt.proto",
+    "meshwork/operator/v1/ipam.proto",
 ];
 
 fn main() -> Result<(), Box<dyn Error>> {

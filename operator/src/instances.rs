@@ -19,6 +19,10 @@ use crate::model::{
     Eni, PREFIX_SIZE, SecurityGroup, Subnet, Tags, Vpc, prefix_addresses, tags_match,
 };
 
+mod shared;
+
+pub use shared::{CacheAccess, SharedCache, shared};
+
 /// A resync that could not be applied; the previous cache stays in place.
 #[derive(Debug, thiserror::Error)]
 pub enum ResyncError {
@@ -50,12 +54,32 @@ pub struct Snapshot {
 
 /// Describes everything a resync needs, one paginated describe per kind.
 pub async fn fetch(ec2: &Ec2, subnet_filter: &SubnetFilter) -> Result<Snapshot, Ec2Error> {
-    Ok(Snapshot {
+    fetch_filtered(ec2, subnet_filter, &Tags::new()).await
+}
+
+/// [`fetch`], keeping only the ENIs of instances carrying all `instance_tags`
+/// (`--instance-tags-filter`; every instance if empty) and unattached ones.
+///
+/// The instances are described after the ENIs, so an instance created in between is
+/// admitted (its ENIs just show up at the next resync) rather than dropped.
+pub async fn fetch_filtered(
+    ec2: &Ec2,
+    subnet_filter: &SubnetFilter,
+    instance_tags: &Tags,
+) -> Result<Snapshot, Ec2Error> {
+    let mut snapshot = Snapshot {
         vpcs: ec2.describe_vpcs().await?,
         subnets: ec2.describe_subnets(subnet_filter).await?,
         security_groups: ec2.describe_security_groups().await?,
         enis: ec2.describe_network_interfaces(Vec::new()).await?,
-    })
+    };
+    if !instance_tags.is_empty() {
+        let admitted = ec2.describe_instance_ids(instance_tags).await?;
+        snapshot
+            .enis
+            .retain(|(instance, _)| instance.as_ref().is_none_or(|id| admitted.contains(id)));
+    }
+    Ok(snapshot)
 }
 
 /// The cache generation a resync started at.
@@ -74,6 +98,8 @@ pub struct InstanceCache {
     generation: u64,
     /// ENI ID → (instance, generation of its last local change).
     changed: BTreeMap<String, (String, u64)>,
+    /// ENIs attached to nothing, as last described (candidates for garbage collection).
+    unattached: Vec<Eni>,
 }
 
 impl InstanceCache {
@@ -91,6 +117,11 @@ impl InstanceCache {
         let ticket = self.begin_resync();
         let snapshot = fetch(ec2, subnet_filter).await?;
         self.apply_resync(ticket, snapshot)
+    }
+
+    /// A counter bumped by every local change (what the operator did since a resync).
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// Notes where a resync starts; pass the ticket to [`Self::apply_resync`].
@@ -118,15 +149,20 @@ impl InstanceCache {
             });
         }
         let mut instances: BTreeMap<String, BTreeMap<String, Eni>> = BTreeMap::new();
+        let mut unattached = Vec::new();
         for (instance, eni) in snapshot.enis {
             // Unattached ENIs belong to no node; nothing allocates from them.
-            if let Some(instance) = instance {
-                instances
-                    .entry(instance)
-                    .or_default()
-                    .insert(eni.id.clone(), eni);
+            match instance {
+                Some(instance) => {
+                    instances
+                        .entry(instance)
+                        .or_default()
+                        .insert(eni.id.clone(), eni);
+                }
+                None => unattached.push(eni),
             }
         }
+        self.unattached = unattached;
         for (eni_id, (instance, generation)) in &self.changed {
             if *generation <= ticket.0 {
                 continue;
@@ -222,6 +258,36 @@ impl InstanceCache {
         let subnet_id = eni.subnet.id.clone();
         self.take_subnet_addresses(&subnet_id, prefixes.len() * PREFIX_SIZE);
         self.touch(instance, eni_id);
+    }
+
+    /// Records addresses the operator released from an ENI (single addresses, not prefixes);
+    /// they return to the subnet's free count.
+    pub fn remove_addresses(&mut self, instance: &str, eni_id: &str, addresses: &[Ipv4Addr]) {
+        let Some(eni) = self
+            .instances
+            .get_mut(instance)
+            .and_then(|enis| enis.get_mut(eni_id))
+        else {
+            return;
+        };
+        let before = eni.addresses.len();
+        eni.addresses.retain(|address| !addresses.contains(address));
+        let freed = before - eni.addresses.len();
+        let subnet_id = eni.subnet.id.clone();
+        if let Some(subnet) = self.subnets.get_mut(&subnet_id) {
+            subnet.available_addresses += freed;
+        }
+        self.touch(instance, eni_id);
+    }
+
+    /// ENIs attached to nothing, as the last resync described them.
+    pub fn unattached(&self) -> &[Eni] {
+        &self.unattached
+    }
+
+    /// Forgets an unattached ENI the operator deleted.
+    pub fn forget_unattached(&mut self, eni_id: &str) {
+        self.unattached.retain(|eni| eni.id != eni_id);
     }
 
     /// Lowers a subnet's free count by what the operator just took from it, until the next

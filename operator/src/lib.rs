@@ -9,12 +9,17 @@
 //! - [`node_allocator`]: per node, decides the next EC2 action from the cache and executes it.
 //! - [`cilium_node`]: the CiliumNode custom resource, and conversions into it.
 //! - [`node_store`]: where CiliumNodes live (Kubernetes or etcd) and the publishing rule.
+//! - [`grpc`]: the `NodeIpam` gRPC service: each node's published snapshot for its agent.
+//! - [`manager`]: the actors (`NodeManager`, `InstancesManager`), the worst-deficit queue,
+//!   passes, resync scheduling, and learning nodes from the store.
 
 pub mod allocation;
 pub mod cilium_node;
 pub mod ec2;
+pub mod grpc;
 pub mod instances;
 pub mod limits;
+pub mod manager;
 pub mod model;
 pub mod node_allocator;
 pub mod node_store;

@@ -240,3 +240,155 @@ async fn ec2_refusing_for_a_full_subnet_stops_the_pass() {
     );
     assert_eq!(lab.call_count("AttachNetworkInterface"), 0);
 }
+
+/// The node's pool addresses as EC2 describes them, sorted.
+async fn pool_addresses(lab: &Lab, instance: &str) -> Vec<std::net::Ipv4Addr> {
+    let mut all: Vec<_> = lab
+        .cache()
+        .await
+        .enis(instance)
+        .flat_map(|eni| eni.addresses.clone())
+        .collect();
+    all.sort_unstable();
+    all
+}
+
+#[tokio::test]
+async fn release_with_handshake_on_m4_xlarge() {
+    use meshwork_operator::node_allocator::ReleaseMap;
+    use meshwork_operator::node_allocator::release::{
+        DO_NOT_RELEASE, MARKED_FOR_RELEASE, READY_FOR_RELEASE, RELEASED,
+    };
+    use std::collections::BTreeSet;
+    use std::time::{Duration, Instant};
+
+    let lab = Lab::start("10.213.0.0/24").await;
+    let limits = lab.limits(&["m4.xlarge"]).await;
+    let instance = lab.instance("m4.xlarge").await;
+    let mut node = NodeAllocator::new(
+        lab.spec(&instance, "m4.xlarge", 0, ipam(2, 10, 0, 3)),
+        Tags::new(),
+    );
+    let stats = converge(&lab, &mut node, &limits, 0).await;
+    assert_eq!(stats.available, 13, "min 10 + max-above-watermark 3");
+    let stats = converge(&lab, &mut node, &limits, 13).await;
+    assert_eq!(
+        stats.available, 18,
+        "13 used: pre 2 + 3 above the watermark"
+    );
+
+    // 10 used: 18 − 10 − 2 − 3 = 3 in excess.
+    let pool = pool_addresses(&lab, &instance).await;
+    let used: BTreeSet<_> = pool.iter().take(10).copied().collect();
+    let instance_limits = limits.get("m4.xlarge");
+    let delay = Duration::from_secs(180);
+    let start = Instant::now();
+    let mut cache = lab.cache().await;
+    let mut agent = ReleaseMap::new();
+    lab.clear_calls();
+    let mut step = async |node: &mut NodeAllocator, now, agent: &ReleaseMap| {
+        node.release_excess(
+            &lab.ec2,
+            &mut cache,
+            instance_limits,
+            &used,
+            agent,
+            now,
+            delay,
+        )
+        .await
+        .expect("release step")
+    };
+
+    assert_eq!(step(&mut node, start, &agent).await, 0);
+    assert!(
+        node.release_status(&agent).is_empty(),
+        "nothing before the delay"
+    );
+    let later = start + delay;
+    assert_eq!(step(&mut node, later, &agent).await, 0);
+    let marked = node.release_status(&agent);
+    assert_eq!(marked.len(), 3, "{marked:?}");
+    assert!(marked.values().all(|state| state == MARKED_FOR_RELEASE));
+    assert_eq!(
+        lab.call_count("UnassignPrivateIpAddresses"),
+        0,
+        "not before the agent agrees"
+    );
+
+    // The agent refuses one (it handed it out meanwhile) and agrees to the others.
+    let mut answers = marked.keys().cloned();
+    let refused = answers.next().expect("one");
+    agent.insert(refused.clone(), DO_NOT_RELEASE.to_owned());
+    for ip in answers {
+        agent.insert(ip, READY_FOR_RELEASE.to_owned());
+    }
+    assert_eq!(step(&mut node, later, &agent).await, 2);
+    assert_eq!(lab.call_count("UnassignPrivateIpAddresses"), 1);
+    let published = node.release_status(&agent);
+    assert_eq!(
+        published.len(),
+        2,
+        "the refused address left the handshake: {published:?}"
+    );
+    assert!(published.values().all(|state| state == RELEASED));
+    assert!(!published.contains_key(&refused));
+    assert_eq!(pool_addresses(&lab, &instance).await.len(), 16);
+
+    // The refused address is marked again after another delay; this time the agent agrees.
+    agent = published;
+    assert_eq!(step(&mut node, later, &agent).await, 0);
+    agent.clear();
+    let again = later + delay;
+    assert_eq!(step(&mut node, again, &agent).await, 0);
+    let marked = node.release_status(&agent);
+    assert_eq!(marked.len(), 1, "{marked:?}");
+    agent = marked
+        .keys()
+        .map(|ip| (ip.clone(), READY_FOR_RELEASE.to_owned()))
+        .collect();
+    assert_eq!(step(&mut node, again, &agent).await, 1);
+    let remaining = pool_addresses(&lab, &instance).await;
+    assert_eq!(remaining.len(), 15, "18 − 3 in excess");
+    assert!(
+        used.iter().all(|ip| remaining.contains(ip)),
+        "used addresses stay"
+    );
+    let fresh = lab.cache().await;
+    let plan = node.plan(10, instance_limits, &fresh).expect("plan");
+    assert_eq!((plan.stats.available, plan.stats.excess), (15, 0));
+}
+
+#[tokio::test]
+async fn an_instance_that_is_not_running_gets_a_clear_error_and_no_leak() {
+    let lab = Lab::start("10.213.0.0/24").await;
+    let limits = lab.limits(&["m5.large"]).await;
+    let instance = lab.instance("m5.large").await;
+    let mut cache = lab.cache().await;
+    let rule = format!(
+        r#"{{"rules":[{{"action":"AttachNetworkInterface","error":"IncorrectInstanceState","message":"The instance '{instance}' is not 'running'.","status":400}}]}}"#
+    );
+    lab.moto.set_faults(&rule).expect("faults");
+    let mut node = NodeAllocator::new(
+        lab.spec(&instance, "m5.large", 1, ipam(8, 0, 0, 0)),
+        Tags::new(),
+    );
+
+    let err = node
+        .maintain(&lab.ec2, &mut cache, limits.get("m5.large"), 0)
+        .await
+        .expect_err("not running");
+    assert!(
+        matches!(err, AllocateError::InstanceNotRunning { .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("not running"), "{err}");
+    assert_eq!(
+        lab.call_count("DeleteNetworkInterface"),
+        1,
+        "the new ENI is removed"
+    );
+    let described = lab.cache().await;
+    assert_eq!(described.enis(&instance).count(), 1, "only eth0");
+    assert!(described.unattached().is_empty(), "no ENI leaked");
+}

@@ -5,6 +5,8 @@
 //!   socket for `meshctl`: [`agent::v1::agent_client::AgentClient`] and
 //!   [`agent::v1::agent_server::AgentServer`]; its WireGuard status
 //!   (`meshwork.agent.v1.Encrypt`): [`agent::v1::encrypt_client::EncryptClient`].
+//! - [`operator::v1`]: the operator's IPAM API for agents (`meshwork.operator.v1.NodeIpam`):
+//!   each node's published allocation as one consistent snapshot.
 //! - [`connect_unix`]: a tonic [`Channel`](tonic::transport::Channel) to a unix socket.
 
 mod unix;
@@ -25,5 +27,21 @@ pub mod agent {
             clippy::pedantic
         )]
         tonic::include_proto!("meshwork.agent.v1");
+    }
+}
+
+/// The operator's API, package `meshwork.operator.v1`.
+pub mod operator {
+    /// Version 1 of the operator's IPAM API.
+    pub mod v1 {
+        // Generated code, as for the agent's API.
+        #![allow(
+            missing_docs,
+            unused_qualifications,
+            rust_2018_idioms,
+            clippy::all,
+            clippy::pedantic
+        )]
+        tonic::include_proto!("meshwork.operator.v1");
     }
 }

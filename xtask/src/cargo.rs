@@ -66,23 +66,25 @@ fn has_nextest() -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-/// Builds and runs the scenario binary with `args` (`release` for benchmarks). The agent and
-/// meshctl binaries are built with the same profile first: scenarios run them from beside
-/// their own executable.
-pub fn run_scenario(release: bool, args: &[&str]) -> anyhow::Result<()> {
-    let mut build = cargo();
-    build.args([
-        "build",
-        "--quiet",
-        "--package",
-        "meshwork-agent",
-        "--package",
-        "meshctl",
-    ]);
-    if release {
-        build.arg("--release");
+/// Builds and runs the scenario binary with `args` (`release` for benchmarks). With
+/// `binaries`, the agent and meshctl binaries are built with the same profile first:
+/// scenarios that run them do so from beside their own executable.
+pub fn run_scenario(release: bool, binaries: bool, args: &[&str]) -> anyhow::Result<()> {
+    if binaries {
+        let mut build = cargo();
+        build.args([
+            "build",
+            "--quiet",
+            "--package",
+            "meshwork-agent",
+            "--package",
+            "meshctl",
+        ]);
+        if release {
+            build.arg("--release");
+        }
+        run("cargo build meshwork-agent meshctl", &mut build)?;
     }
-    run("cargo build meshwork-agent meshctl", &mut build)?;
     let mut command = cargo();
     command.args(["run", "--quiet", "--package", SCENARIOS]);
     if release {

@@ -57,6 +57,9 @@ enum Bench {
     Datapath,
     /// 5,000 remote-node peers through the WireGuard actor vs one raw UAPI set.
     Wireguard,
+    /// 100 nodes to pre-allocate 8 through the operator against moto: EC2 calls per node,
+    /// wall time vs calls ÷ qps.
+    Eni,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -65,23 +68,26 @@ fn main() -> anyhow::Result<()> {
         Command::Test { runner_args } => cargo::test_suite(&runner_args),
         Command::Demo => {
             setup::run()?;
-            cargo::run_scenario(false, &["demo"])
+            cargo::run_scenario(false, true, &["demo"])
         }
         Command::Proof => {
             setup::run()?;
-            cargo::run_scenario(false, &["proof"])
+            cargo::run_scenario(false, true, &["proof"])
         }
         Command::Bench { name, args } => {
             setup::run()?;
-            let name = match name {
-                Bench::Kvstore => "kvstore",
-                Bench::Sync => "sync",
-                Bench::Datapath => "datapath",
-                Bench::Wireguard => "wireguard",
+            let (name, binaries) = match name {
+                Bench::Kvstore => ("kvstore", true),
+                Bench::Sync => ("sync", true),
+                Bench::Datapath => ("datapath", true),
+                // In-process actors and wireguard-go only: no agent or meshctl build needed.
+                Bench::Wireguard => ("wireguard", false),
+                // In-process actors only: no agent or meshctl build needed.
+                Bench::Eni => ("eni", false),
             };
             let mut scenario = vec!["bench", name];
             scenario.extend(args.iter().map(String::as_str));
-            cargo::run_scenario(true, &scenario)
+            cargo::run_scenario(true, binaries, &scenario)
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The EC2 actions the operator uses. Describes page through `NextToken` by hand so every
 //! page is one rate-limited, measured call.
 
+use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
 
 use aws_sdk_ec2::types::{
@@ -148,6 +149,41 @@ impl Ec2 {
                 page.security_groups()
                     .iter()
                     .filter_map(convert::security_group),
+            );
+            match page.next_token() {
+                Some(next) if !next.is_empty() => token = Some(next.to_owned()),
+                _ => return Ok(all),
+            }
+        }
+    }
+
+    /// IDs of the instances carrying all `tags` (`--instance-tags-filter`).
+    pub async fn describe_instance_ids(&self, tags: &Tags) -> Result<BTreeSet<String>, Ec2Error> {
+        let filters: Vec<Filter> = tags
+            .iter()
+            .map(|(key, value)| {
+                Filter::builder()
+                    .name(format!("tag:{key}"))
+                    .values(value)
+                    .build()
+            })
+            .collect();
+        let mut all = BTreeSet::new();
+        let mut token = None;
+        loop {
+            let request = self
+                .client
+                .describe_instances()
+                .set_filters((!filters.is_empty()).then(|| filters.clone()))
+                .max_results(self.page_size)
+                .set_next_token(token.take())
+                .send();
+            let page = self.call("DescribeInstances", request).await?;
+            all.extend(
+                page.reservations()
+                    .iter()
+                    .flat_map(|reservation| reservation.instances())
+                    .filter_map(|instance| instance.instance_id().map(str::to_owned)),
             );
             match page.next_token() {
                 Some(next) if !next.is_empty() => token = Some(next.to_owned()),

@@ -4,7 +4,7 @@
 use std::net::Ipv4Addr;
 
 use crate::ec2::{CreateEniRequest, Ec2, Ec2Error};
-use crate::instances::InstanceCache;
+use crate::instances::CacheAccess;
 use crate::model::{Eni, PREFIX_SIZE, Tags, prefix_addresses};
 
 use super::plan::{CreateEni, next_free_index};
@@ -105,7 +105,7 @@ impl ExecuteError {
 /// to single addresses when the subnet has no free aligned /28) and records them.
 pub async fn assign(
     ec2: &Ec2,
-    cache: &mut InstanceCache,
+    cache: &mut impl CacheAccess,
     spec: &NodeSpec,
     eni_id: &str,
     count: usize,
@@ -118,7 +118,7 @@ pub async fn assign(
             .await
         {
             Ok(new) => {
-                cache.add_prefixes(instance_id, eni_id, &new);
+                cache.with(|c| c.add_prefixes(instance_id, eni_id, &new));
                 return Ok(Outcome::Assigned {
                     eni_id: eni_id.to_owned(),
                     addresses: new.iter().flat_map(|p| prefix_addresses(p)).collect(),
@@ -144,7 +144,7 @@ pub async fn assign(
             count,
             source,
         })?;
-    cache.add_addresses(instance_id, eni_id, &addresses);
+    cache.with(|c| c.add_addresses(instance_id, eni_id, &addresses));
     Ok(Outcome::Assigned {
         eni_id: eni_id.to_owned(),
         addresses,
@@ -156,7 +156,7 @@ pub async fn assign(
 /// that could not be attached or marked is deleted again.
 pub async fn create(
     ec2: &Ec2,
-    cache: &mut InstanceCache,
+    cache: &mut impl CacheAccess,
     spec: &NodeSpec,
     create: &CreateEni,
     eni_tags: &Tags,
@@ -203,7 +203,8 @@ pub async fn create(
     };
     tracing::info!(node = %spec.name, eni = %eni.id, subnet = %create.subnet_id, addresses = eni.addresses.len(), "created ENI");
     // The subnet lost the primary and the secondaries; reflect it before the next plan.
-    cache.take_subnet_addresses(&create.subnet_id, eni.addresses.len() + 1);
+    let taken = eni.addresses.len() + 1;
+    cache.with(|c| c.take_subnet_addresses(&create.subnet_id, taken));
 
     let mut device_index = create.device_index;
     let mut tries = 0;
@@ -216,8 +217,10 @@ pub async fn create(
             Ok(attachment_id) => break attachment_id,
             Err(err) if err.is_attachment_index_conflict() && tries < MAX_ATTACH_TRIES => {
                 // Our view of the instance was stale: skip the taken index, not the ENI.
-                let known: Vec<&Eni> = cache.enis(instance_id).collect();
-                device_index = next_free_index(&known, device_index + 1);
+                device_index = cache.with(|c| {
+                    let known: Vec<&Eni> = c.enis(instance_id).collect();
+                    next_free_index(&known, device_index + 1)
+                });
                 tracing::info!(eni = %eni.id, device_index, "device index taken; retrying at the next");
             }
             Err(source) => {
@@ -248,6 +251,22 @@ pub async fn create(
             cleanup,
         });
     }
-    cache.upsert_eni(instance_id, eni.clone());
+    cache.with(|c| c.upsert_eni(instance_id, eni.clone()));
     Ok(Outcome::Created(Box::new(eni)))
+}
+
+/// Unassigns `addresses` from `eni_id` (the last step of the release handshake) and records
+/// it.
+pub async fn release(
+    ec2: &Ec2,
+    cache: &mut impl CacheAccess,
+    spec: &NodeSpec,
+    eni_id: &str,
+    addresses: &[Ipv4Addr],
+) -> Result<(), Ec2Error> {
+    ec2.unassign_private_ip_addresses(eni_id, addresses).await?;
+    let instance_id = spec.eni.instance_id.as_str();
+    cache.with(|c| c.remove_addresses(instance_id, eni_id, addresses));
+    tracing::info!(node = %spec.name, eni = %eni_id, released = addresses.len(), "released excess addresses");
+    Ok(())
 }

@@ -8,15 +8,21 @@
 
 pub mod execute;
 pub mod plan;
+pub mod release;
 pub mod spec;
 
-use crate::ec2::Ec2;
-use crate::instances::InstanceCache;
+use std::collections::BTreeSet;
+use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+
+use crate::ec2::{Ec2, Ec2Error};
+use crate::instances::{CacheAccess, InstanceCache};
 use crate::limits::Limits;
 use crate::model::Tags;
 
 pub use execute::{ExecuteError, MAX_ATTACH_TRIES, Outcome};
 pub use plan::{Action, CreateEni, NodeStats, Plan, PlanError, is_excluded};
+pub use release::{ReleaseMap, ReleaseState};
 pub use spec::{DEFAULT_PRE_ALLOCATE, EniSpec, IpamSpec, NodeSpec};
 
 /// Why a maintenance pass stopped short of meeting the node's need.
@@ -56,6 +62,18 @@ pub enum AllocateError {
         /// What failed.
         source: ExecuteError,
     },
+    /// Unassigning released addresses failed; they stay marked and are retried next pass.
+    #[error("node {node}: releasing {count} addresses from {eni_id}: {source}")]
+    Release {
+        /// The node.
+        node: String,
+        /// The ENI.
+        eni_id: String,
+        /// How many addresses.
+        count: usize,
+        /// EC2's error.
+        source: Ec2Error,
+    },
     /// Mutations went through but the need was still not met after the pass limit (or one
     /// added nothing): stop rather than loop.
     #[error("node {node}: still {needed} addresses short after {steps} mutations")]
@@ -89,6 +107,7 @@ pub struct NodeAllocator {
     stats: NodeStats,
     last_error: Option<String>,
     eni_tags: Tags,
+    release: ReleaseState,
 }
 
 impl NodeAllocator {
@@ -99,6 +118,7 @@ impl NodeAllocator {
             stats: NodeStats::default(),
             last_error: None,
             eni_tags,
+            release: ReleaseState::default(),
         }
     }
 
@@ -122,6 +142,68 @@ impl NodeAllocator {
         self.last_error.as_deref()
     }
 
+    /// Records the error of a pass made outside [`Self::maintain`] (e.g. excess release).
+    pub fn set_last_error(&mut self, error: Option<String>) {
+        self.last_error = error;
+    }
+
+    /// The operator's side of the release handshake.
+    pub fn release_state(&self) -> &ReleaseState {
+        &self.release
+    }
+
+    /// `status.ipam.release-ips` to publish, given the stored one (`agent`).
+    pub fn release_status(&self, agent: &ReleaseMap) -> ReleaseMap {
+        self.release.publish(agent)
+    }
+
+    /// One step of excess release through the handshake (see [`release`]): marks excess
+    /// free addresses after `delay`, and unassigns those the agent agreed to release.
+    /// Returns how many addresses were released.
+    #[allow(clippy::too_many_arguments, reason = "one pass's inputs, all distinct")]
+    pub async fn release_excess(
+        &mut self,
+        ec2: &Ec2,
+        cache: &mut (impl CacheAccess + Send),
+        limits: Option<&Limits>,
+        used: &BTreeSet<Ipv4Addr>,
+        answers: &ReleaseMap,
+        now: Instant,
+        delay: Duration,
+    ) -> Result<usize, AllocateError> {
+        let node = self.spec.name.clone();
+        let (plan, candidates) = cache
+            .with(|c| {
+                let plan = self.plan(used.len(), limits, c)?;
+                let candidates = if plan.stats.prefix_delegated {
+                    None
+                } else {
+                    release::candidates(&self.spec, c, used, plan.stats.excess)
+                };
+                Ok((plan, candidates))
+            })
+            .map_err(|source| AllocateError::Plan {
+                node: node.clone(),
+                source,
+            })?;
+        tracing::debug!(node = %node, excess = plan.stats.excess, "excess release step");
+        let ready = self.release.step(now, delay, candidates.as_ref(), answers);
+        let mut released = 0;
+        for (eni_id, addresses) in ready {
+            execute::release(ec2, cache, &self.spec, &eni_id, &addresses)
+                .await
+                .map_err(|source| AllocateError::Release {
+                    node: node.clone(),
+                    eni_id: eni_id.clone(),
+                    count: addresses.len(),
+                    source,
+                })?;
+            self.release.released(&addresses);
+            released += addresses.len();
+        }
+        Ok(released)
+    }
+
     /// Plans without acting (and remembers the figures).
     pub fn plan(
         &mut self,
@@ -140,7 +222,7 @@ impl NodeAllocator {
     pub async fn maintain(
         &mut self,
         ec2: &Ec2,
-        cache: &mut InstanceCache,
+        cache: &mut (impl CacheAccess + Send),
         limits: Option<&Limits>,
         used: usize,
     ) -> Result<Report, AllocateError> {
@@ -155,7 +237,7 @@ impl NodeAllocator {
     async fn maintain_inner(
         &mut self,
         ec2: &Ec2,
-        cache: &mut InstanceCache,
+        cache: &mut (impl CacheAccess + Send),
         limits: Option<&Limits>,
         used: usize,
     ) -> Result<Report, AllocateError> {
@@ -163,8 +245,8 @@ impl NodeAllocator {
         let max_steps = limits.map_or(0, |l| 2 * usize::try_from(l.adapters).unwrap_or(0) + 2);
         let mut report = Report::default();
         loop {
-            let plan = self
-                .plan(used, limits, cache)
+            let plan = cache
+                .with(|c| self.plan(used, limits, c))
                 .map_err(|source| AllocateError::Plan {
                     node: node.clone(),
                     source,

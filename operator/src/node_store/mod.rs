@@ -15,7 +15,7 @@ use crate::cilium_node::CiliumNode;
 
 pub use etcd::{EtcdStore, KEY_PREFIX};
 pub use kubernetes::KubeStore;
-pub use publish::{LiveNode, compose};
+pub use publish::{LiveNode, OperatorState, compose};
 
 /// Attempts of one publish before giving up on conflicts (each re-reads and recomputes).
 pub const MAX_ATTEMPTS: usize = 5;

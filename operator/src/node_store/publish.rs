@@ -19,7 +19,7 @@ use crate::cilium_node::CiliumNode;
 use crate::cilium_node::convert::{eni_status, pool};
 use crate::cilium_node::{AllocationMap, EniStatus};
 use crate::instances::InstanceCache;
-use crate::node_allocator::NodeSpec;
+use crate::node_allocator::{NodeSpec, ReleaseState};
 
 /// One node as the operator holds it: the describe cache it shares with the allocator (which
 /// keeps changing it) and the node's spec.
@@ -27,12 +27,33 @@ use crate::node_allocator::NodeSpec;
 pub struct LiveNode {
     cache: Arc<RwLock<InstanceCache>>,
     spec: NodeSpec,
+    operator: Option<OperatorState>,
+}
+
+/// What the operator itself says about a node in `status.ipam`.
+#[derive(Debug, Clone, Default)]
+pub struct OperatorState {
+    /// The operator's side of the release handshake (`None`: excess release is off, the
+    /// stored `release-ips` are kept as they are).
+    pub release: Option<ReleaseState>,
+    /// `operator-status.error`; empty when allocation is healthy.
+    pub error: String,
 }
 
 impl LiveNode {
     /// The node `spec` over the shared `cache`.
     pub fn new(cache: Arc<RwLock<InstanceCache>>, spec: NodeSpec) -> Self {
-        Self { cache, spec }
+        Self {
+            cache,
+            spec,
+            operator: None,
+        }
+    }
+
+    /// The same node, also publishing the operator's `status.ipam` fields.
+    pub fn with_operator_state(mut self, operator: OperatorState) -> Self {
+        self.operator = Some(operator);
+        self
     }
 
     /// The node's spec.
@@ -71,8 +92,9 @@ pub(crate) enum Order {
 
 /// The object to publish: `latest` with `status.eni` rebuilt from the live cache and
 /// `spec.ipam.pool` replaced by a pool snapshot taken BEFORE the cache was read for status.
-/// Everything else (the agent's `spec.eni`, watermarks, `status.ipam.used`, the release
-/// handshake) is kept as `latest` has it.
+/// With an [`OperatorState`], `operator-status` and the operator's side of the release
+/// handshake are set too (the agent's answers kept). Everything else (the agent's
+/// `spec.eni`, watermarks, `status.ipam.used`) is kept as `latest` has it.
 pub fn compose(latest: &CiliumNode, live: &LiveNode) -> CiliumNode {
     compose_in(latest, live, Order::StatusFirst)
 }
@@ -95,6 +117,16 @@ pub(crate) fn compose_in(latest: &CiliumNode, live: &LiveNode, order: Order) -> 
     let mut node = latest.clone();
     let mut status = node.status.take().unwrap_or_default();
     status.eni = enis;
+    if let Some(operator) = &live.operator {
+        status
+            .ipam
+            .operator_status
+            .error
+            .clone_from(&operator.error);
+        if let Some(release) = &operator.release {
+            status.ipam.release_ips = release.publish(&status.ipam.release_ips);
+        }
+    }
     node.status = Some(status);
     node.spec.ipam.pool = pool;
     node

@@ -4,6 +4,7 @@
 //! missing first.
 
 mod bench_datapath;
+mod bench_eni;
 mod bench_kvstore;
 mod bench_sync;
 mod bench_wireguard;
@@ -51,6 +52,9 @@ enum Bench {
     Datapath(bench_datapath::Args),
     /// 5,000 remote-node peers reconciled through the WireGuard actor vs one raw UAPI set.
     Wireguard(bench_wireguard::Args),
+    /// 100 nodes from zero to pre-allocate 8 through the operator against moto: EC2 calls
+    /// per node, wall time vs the token bucket's floor.
+    Eni(bench_eni::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -73,6 +77,7 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(Bench::Datapath(args)) => with_actix(runtime, bench_datapath::run(args)),
         Command::Bench(Bench::Wireguard(args)) => with_actix(runtime, bench_wireguard::run(args)),
         Command::Bench(Bench::Sync(args)) => with_actix(runtime, bench_sync::run(args)),
+        Command::Bench(Bench::Eni(args)) => with_actix(runtime, bench_eni::run(args)),
     }
 }
 

@@ -1,0 +1,226 @@
+//! The command line, with Cilium's operator flag names where Cilium has one.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{Args, Parser, Subcommand};
+use meshwork_operator::model::Tags;
+
+/// Meshwork's AWS ENI IPAM operator: allocates ENIs and secondary IPv4 addresses (or /28
+/// prefixes) through EC2 for every CiliumNode carrying `spec.eni.instance-id`, and
+/// publishes them to the node's `status.eni` and `spec.ipam.pool` — status first, so no
+/// agent ever sees a pool IP whose ENI is unknown.
+///
+/// Nodes live in Kubernetes (`--kube`) or in etcd (`--kvstore-endpoints`, key
+/// `meshwork/ciliumnodes/v1/<node>`, spec and status written in one transaction).
+#[derive(Debug, Parser)]
+#[command(name = "meshwork-operator", version, about, long_about)]
+pub struct Cli {
+    /// Run a subcommand instead of the operator.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    /// The operator's settings.
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print the CiliumNode CustomResourceDefinition (cilium.io/v2) as YAML.
+    Crd,
+}
+
+/// The operator's settings.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Name of this cluster; every ENI the operator creates is tagged
+    /// `meshwork.io/cluster-name=<name>`, which also scopes the GC of leaked ENIs.
+    #[arg(long, env = "MESHWORK_CLUSTER_NAME", default_value = "default")]
+    pub cluster_name: String,
+
+    /// AWS region of the instances.
+    #[arg(long, env = "AWS_REGION")]
+    pub aws_region: Option<String>,
+    /// EC2 endpoint URL replacing AWS's (e.g. a moto server on 127.0.0.1); static dummy
+    /// credentials are used with it.
+    #[arg(long)]
+    pub ec2_endpoint: Option<String>,
+    /// Sustained EC2 calls per second, shared by every call the operator makes.
+    #[arg(long, default_value_t = meshwork_operator::ec2::DEFAULT_QPS)]
+    pub limit_ipam_api_qps: f64,
+    /// EC2 calls that may go out back to back.
+    #[arg(long, default_value_t = meshwork_operator::ec2::DEFAULT_BURST)]
+    pub limit_ipam_api_burst: u32,
+
+    /// Watch and publish CiliumNodes in Kubernetes (kubeconfig, else in-cluster config).
+    #[arg(long, conflicts_with = "kvstore_endpoints")]
+    pub kube: bool,
+    /// Kubeconfig file for `--kube` (default: $KUBECONFIG, ~/.kube/config, in-cluster).
+    #[arg(long, env = "KUBECONFIG", requires = "kube")]
+    pub kubeconfig: Option<PathBuf>,
+    /// etcd endpoints (comma-separated URLs) holding the CiliumNodes (kvstore mode).
+    #[arg(long, value_delimiter = ',')]
+    pub kvstore_endpoints: Vec<String>,
+
+    /// Allocate /28 prefixes instead of single addresses on nitro instances.
+    #[arg(long)]
+    pub aws_enable_prefix_delegation: bool,
+    /// Release excess addresses through the release handshake with the agent.
+    #[arg(long)]
+    pub aws_release_excess_ips: bool,
+    /// Seconds an address must be in excess before it is marked for release.
+    #[arg(long, default_value_t = 180)]
+    pub excess_ip_release_delay: u64,
+    /// Tags put on every ENI created, `key=value` pairs separated by commas.
+    #[arg(long, value_parser = parse_tags, default_value = "")]
+    pub eni_tags: Tags,
+    /// Only manage instances carrying these tags (`key=value,…`).
+    #[arg(long, value_parser = parse_tags, default_value = "")]
+    pub instance_tags_filter: Tags,
+    /// Only create ENIs in these subnets (comma-separated IDs).
+    #[arg(long, value_delimiter = ',')]
+    pub subnet_ids_filter: Vec<String>,
+    /// Only create ENIs in subnets carrying these tags (`key=value,…`).
+    #[arg(long, value_parser = parse_tags, default_value = "")]
+    pub subnet_tags_filter: Tags,
+    /// Nodes allocated in parallel.
+    #[arg(long, default_value_t = 50)]
+    pub parallel_alloc_workers: usize,
+    /// Seconds between garbage collections of leaked (unattached, tagged) ENIs.
+    #[arg(long, default_value_t = 300)]
+    pub eni_gc_interval: u64,
+
+    /// Address of `/metrics` and `/healthz` (empty disables).
+    #[arg(long, default_value = "127.0.0.1:9963")]
+    pub prometheus_serve_addr: String,
+    /// Address of the `meshwork.operator.v1.NodeIpam` gRPC service, which serves each node
+    /// its published allocation as one snapshot (empty disables).
+    #[arg(long, default_value = "")]
+    pub grpc_serve_addr: String,
+}
+
+/// Where the CiliumNodes live.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreChoice {
+    /// The Kubernetes API, with an optional kubeconfig.
+    Kube(Option<PathBuf>),
+    /// etcd at these endpoints.
+    Etcd(Vec<String>),
+}
+
+impl RunArgs {
+    /// The store, exactly one of `--kube` and `--kvstore-endpoints`.
+    pub fn store(&self) -> anyhow::Result<StoreChoice> {
+        match (self.kube, self.kvstore_endpoints.is_empty()) {
+            (true, true) => Ok(StoreChoice::Kube(self.kubeconfig.clone())),
+            (false, false) => Ok(StoreChoice::Etcd(self.kvstore_endpoints.clone())),
+            (false, true) => bail!("choose a store: --kube or --kvstore-endpoints"),
+            (true, false) => bail!("--kube and --kvstore-endpoints exclude each other"),
+        }
+    }
+
+    /// The region.
+    pub fn region(&self) -> anyhow::Result<String> {
+        self.aws_region
+            .clone()
+            .filter(|region| !region.is_empty())
+            .context("--aws-region (or AWS_REGION) is required")
+    }
+
+    /// `--eni-tags` plus the cluster-name tag.
+    pub fn effective_eni_tags(&self) -> Tags {
+        let mut tags = self.eni_tags.clone();
+        tags.entry("meshwork.io/cluster-name".to_owned())
+            .or_insert_with(|| self.cluster_name.clone());
+        tags
+    }
+
+    /// The release delay.
+    pub fn release_delay(&self) -> Duration {
+        Duration::from_secs(self.excess_ip_release_delay)
+    }
+
+    /// The metrics address, if enabled.
+    pub fn metrics_addr(&self) -> anyhow::Result<Option<SocketAddr>> {
+        optional_addr("--prometheus-serve-addr", &self.prometheus_serve_addr)
+    }
+
+    /// The gRPC address, if enabled.
+    pub fn grpc_addr(&self) -> anyhow::Result<Option<SocketAddr>> {
+        optional_addr("--grpc-serve-addr", &self.grpc_serve_addr)
+    }
+}
+
+fn optional_addr(flag: &str, text: &str) -> anyhow::Result<Option<SocketAddr>> {
+    if text.is_empty() {
+        return Ok(None);
+    }
+    text.parse()
+        .map(Some)
+        .with_context(|| format!("{flag} {text:?}"))
+}
+
+/// `k1=v1,k2=v2` → tags (empty string → none).
+pub fn parse_tags(text: &str) -> Result<Tags, String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| {
+            pair.split_once('=')
+                .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+                .filter(|(k, _)| !k.is_empty())
+                .ok_or_else(|| format!("expected key=value, got {pair:?}"))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_parse_and_refuse_garbage() {
+        let tags = parse_tags("a=1, b = 2").expect("tags");
+        assert_eq!(tags.get("b").map(String::as_str), Some("2"));
+        assert!(parse_tags("").expect("empty").is_empty());
+        assert!(parse_tags("novalue").is_err());
+    }
+
+    #[test]
+    fn exactly_one_store() {
+        let cli = Cli::parse_from([
+            "meshwork-operator",
+            "--kvstore-endpoints",
+            "http://127.0.0.1:1",
+        ]);
+        assert_eq!(
+            cli.run.store().expect("store"),
+            StoreChoice::Etcd(vec!["http://127.0.0.1:1".to_owned()])
+        );
+        assert!(Cli::parse_from(["meshwork-operator"]).run.store().is_err());
+        assert!(
+            Cli::try_parse_from(["meshwork-operator", "--kube", "--kvstore-endpoints", "x"])
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn the_cluster_name_tags_every_eni() {
+        let cli = Cli::parse_from([
+            "meshwork-operator",
+            "--cluster-name",
+            "c1",
+            "--eni-tags",
+            "team=net",
+        ]);
+        let tags = cli.run.effective_eni_tags();
+        assert_eq!(
+            tags.get("meshwork.io/cluster-name").map(String::as_str),
+            Some("c1")
+        );
+        assert_eq!(tags.get("team").map(String::as_str), Some("net"));
+    }
+}

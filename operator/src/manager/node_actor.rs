@@ -1,0 +1,212 @@
+//! The `NodeManager` actor: a thin shell over [`NodeQueue`] that learns nodes from the store
+//! watch, runs passes ([`pass::run`]) with bounded parallelism, wakes itself when a
+//! rate-limited node may pass again, and asks for a resync after mutations.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, PoisonError};
+use std::time::Instant;
+
+use actix::prelude::*;
+
+use crate::cilium_node::CiliumNode;
+use crate::node_allocator::plan::plan;
+use crate::node_store::NodeStore;
+
+use super::instances_actor::{CacheSynced, Resync};
+use super::pass::{self, PassDeps, PassResult, used_addresses};
+use super::queue::NodeQueue;
+
+/// Passes running at once by default (Cilium's `--parallel-alloc-workers`).
+pub const DEFAULT_PARALLEL_WORKERS: usize = 50;
+
+/// What the store watch saw.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub enum NodeEvent {
+    /// A node was created or changed.
+    Upsert(Box<CiliumNode>),
+    /// A node was deleted.
+    Delete(String),
+    /// A full listing ended; nodes not in it are gone.
+    Listed(BTreeSet<String>),
+}
+
+/// Where to ask for resyncs (the instances manager, started after this actor).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct ConnectInstances(pub Recipient<Resync>);
+
+/// The names of the nodes the manager drives.
+#[derive(Debug, Message)]
+#[rtype(result = "Vec<String>")]
+pub struct GetNodes;
+
+/// The latest published object of a node (for the `NodeIpam` gRPC service).
+#[derive(Debug, Message)]
+#[rtype(result = "Snapshot")]
+pub struct GetSnapshot(pub String);
+
+/// The answer to [`GetSnapshot`].
+#[derive(Debug)]
+pub enum Snapshot {
+    /// No ENI node of that name.
+    Unknown,
+    /// Known, but nothing published yet.
+    Unpublished,
+    /// The newest stored object: status and pool of one generation.
+    Published(Box<CiliumNode>),
+}
+
+/// The actor.
+pub struct NodeManager<S: NodeStore + Clone + Unpin + 'static> {
+    queue: NodeQueue,
+    deps: Arc<PassDeps<S>>,
+    workers: usize,
+    running: usize,
+    /// Passes wait for the first successful describe.
+    cache_ready: bool,
+    wake: Option<(Instant, SpawnHandle)>,
+    instances: Option<Recipient<Resync>>,
+}
+
+impl<S: NodeStore + Clone + Unpin + 'static> NodeManager<S> {
+    /// Drives the nodes of `queue` with `deps`, at most `workers` passes at once.
+    pub fn new(queue: NodeQueue, deps: PassDeps<S>, workers: usize) -> Self {
+        Self {
+            queue,
+            deps: Arc::new(deps),
+            workers: workers.max(1),
+            running: 0,
+            cache_ready: false,
+            wake: None,
+            instances: None,
+        }
+    }
+
+    /// Starts every pass that may start, and arms a timer for the next one that must wait.
+    fn drive(&mut self, ctx: &mut Context<Self>) {
+        if !self.cache_ready {
+            return;
+        }
+        let now = Instant::now();
+        while self.running < self.workers {
+            let deps = Arc::clone(&self.deps);
+            let Some(next) = self.queue.next(now, |allocator, node| {
+                let limits = deps.limits.get(&allocator.spec().eni.instance_type);
+                let cache = deps.cache.read().unwrap_or_else(PoisonError::into_inner);
+                let used = used_addresses(node).len();
+                plan(allocator.spec(), used, limits.as_ref(), &cache)
+                    .map_or(0, |plan| plan.stats.needed)
+            }) else {
+                break;
+            };
+            self.running += 1;
+            let work = async move { pass::run(&deps, next).await };
+            ctx.spawn(work.into_actor(self).map(|result: PassResult, act, ctx| {
+                act.running -= 1;
+                if result.mutated
+                    && let Some(instances) = &act.instances
+                {
+                    instances.do_send(Resync);
+                }
+                act.queue.finish(
+                    Instant::now(),
+                    &result.name,
+                    result.allocator,
+                    result.published,
+                    result.outcome,
+                );
+                act.drive(ctx);
+            }));
+        }
+        self.arm_wake(ctx);
+    }
+
+    fn arm_wake(&mut self, ctx: &mut Context<Self>) {
+        let Some(at) = self.queue.next_wake() else {
+            return;
+        };
+        if let Some((armed, handle)) = self.wake {
+            if armed <= at {
+                return;
+            }
+            ctx.cancel_future(handle);
+        }
+        let delay = at.saturating_duration_since(Instant::now());
+        let handle = ctx.run_later(delay, |act, ctx| {
+            act.wake = None;
+            act.drive(ctx);
+        });
+        self.wake = Some((at, handle));
+    }
+}
+
+impl<S: NodeStore + Clone + Unpin + 'static> Actor for NodeManager<S> {
+    type Context = Context<Self>;
+}
+
+impl<S: NodeStore + Clone + Unpin + 'static> Handler<NodeEvent> for NodeManager<S> {
+    type Result = ();
+
+    fn handle(&mut self, event: NodeEvent, ctx: &mut Context<Self>) {
+        match event {
+            NodeEvent::Upsert(node) => {
+                self.queue.upsert(*node);
+            }
+            NodeEvent::Delete(name) => {
+                if self.queue.remove(&name) {
+                    tracing::info!(node = %name, "CiliumNode deleted; allocator stopped");
+                }
+            }
+            NodeEvent::Listed(names) => self.queue.retain(&names),
+        }
+        self.drive(ctx);
+    }
+}
+
+impl<S: NodeStore + Clone + Unpin + 'static> Handler<CacheSynced> for NodeManager<S> {
+    type Result = ();
+
+    fn handle(&mut self, synced: CacheSynced, ctx: &mut Context<Self>) {
+        if synced.ok {
+            self.cache_ready = true;
+            self.queue.mark_all();
+        }
+        self.drive(ctx);
+    }
+}
+
+impl<S: NodeStore + Clone + Unpin + 'static> Handler<ConnectInstances> for NodeManager<S> {
+    type Result = ();
+
+    fn handle(&mut self, connect: ConnectInstances, _: &mut Context<Self>) {
+        self.instances = Some(connect.0);
+    }
+}
+
+impl<S: NodeStore + Clone + Unpin + 'static> Handler<GetNodes> for NodeManager<S> {
+    type Result = Vec<String>;
+
+    fn handle(&mut self, _: GetNodes, _: &mut Context<Self>) -> Vec<String> {
+        self.queue.names()
+    }
+}
+
+impl<S: NodeStore + Clone + Unpin + 'static> Handler<GetSnapshot> for NodeManager<S> {
+    type Result = MessageResult<GetSnapshot>;
+
+    fn handle(&mut self, query: GetSnapshot, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(match self.queue.latest(&query.0) {
+            None => Snapshot::Unknown,
+            Some(node)
+                if node
+                    .status
+                    .as_ref()
+                    .is_none_or(|status| status.eni.enis.is_empty()) =>
+            {
+                Snapshot::Unpublished
+            }
+            Some(node) => Snapshot::Published(Box::new(node.clone())),
+        })
+    }
+}

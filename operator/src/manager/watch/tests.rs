@@ -1,0 +1,115 @@
+//! kube's watcher on the tower-test mock: the initial list becomes upserts and a `Listed`,
+//! watch events become upserts and deletes.
+
+use std::time::Duration;
+
+use actix::{Actor, Context, Handler};
+use http::{Request, Response, StatusCode};
+use kube::client::Body;
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use super::*;
+
+const DEADLINE: Duration = Duration::from_secs(10);
+
+/// Forwards every event to a channel.
+struct Collector(mpsc::UnboundedSender<NodeEvent>);
+
+impl Actor for Collector {
+    type Context = Context<Self>;
+}
+
+impl Handler<NodeEvent> for Collector {
+    type Result = ();
+
+    fn handle(&mut self, event: NodeEvent, _: &mut Context<Self>) {
+        let _ = self.0.send(event);
+    }
+}
+
+fn object(name: &str, version: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "cilium.io/v2", "kind": "CiliumNode",
+        "metadata": {"name": name, "resourceVersion": version},
+        "spec": {"eni": {"instance-id": format!("i-{name}")}}
+    })
+}
+
+fn respond(body: Vec<u8>) -> Response<Body> {
+    Response::builder()
+        .status(StatusCode::OK)
+        .body(Body::from(body))
+        .expect("response")
+}
+
+async fn next(events: &mut mpsc::UnboundedReceiver<NodeEvent>) -> NodeEvent {
+    tokio::time::timeout(DEADLINE, events.recv())
+        .await
+        .expect("an event in time")
+        .expect("collector alive")
+}
+
+#[actix_rt::test]
+async fn kube_list_and_watch_become_node_events() {
+    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(service, "default");
+    let (sender, mut events) = mpsc::unbounded_channel();
+    let collector = Collector(sender).start();
+    let watching = tokio::spawn(watch_kube(Api::all(client), collector.recipient()));
+
+    let (list, send) = tokio::time::timeout(DEADLINE, handle.next_request())
+        .await
+        .expect("list in time")
+        .expect("list");
+    assert_eq!(list.uri().path(), "/apis/cilium.io/v2/ciliumnodes");
+    assert!(
+        !list
+            .uri()
+            .query()
+            .unwrap_or_default()
+            .contains("watch=true")
+    );
+    let listed = json!({
+        "apiVersion": "cilium.io/v2", "kind": "CiliumNodeList",
+        "metadata": {"resourceVersion": "10"},
+        "items": [object("node-a", "9")]
+    });
+    send.send_response(respond(serde_json::to_vec(&listed).expect("json")));
+
+    let (watch, send) = tokio::time::timeout(DEADLINE, handle.next_request())
+        .await
+        .expect("watch in time")
+        .expect("watch");
+    let query = watch.uri().query().unwrap_or_default().to_owned();
+    assert!(query.contains("watch=true"), "{query}");
+    assert!(query.contains("resourceVersion=10"), "{query}");
+    let mut stream = Vec::new();
+    for event in [
+        json!({"type": "ADDED", "object": object("node-b", "11")}),
+        json!({"type": "DELETED", "object": object("node-a", "12")}),
+    ] {
+        stream.extend(serde_json::to_vec(&event).expect("json"));
+        stream.push(b'\n');
+    }
+    send.send_response(respond(stream));
+
+    let NodeEvent::Upsert(first) = next(&mut events).await else {
+        panic!("expected the listed node first");
+    };
+    assert_eq!(first.metadata.name.as_deref(), Some("node-a"));
+    assert_eq!(first.spec.eni.instance_id, "i-node-a");
+    let NodeEvent::Listed(names) = next(&mut events).await else {
+        panic!("expected the end of the listing");
+    };
+    assert_eq!(names.into_iter().collect::<Vec<_>>(), ["node-a"]);
+    let NodeEvent::Upsert(added) = next(&mut events).await else {
+        panic!("expected node-b added");
+    };
+    assert_eq!(added.metadata.name.as_deref(), Some("node-b"));
+    let NodeEvent::Delete(deleted) = next(&mut events).await else {
+        panic!("expected node-a deleted");
+    };
+    assert_eq!(deleted, "node-a");
+    watching.abort();
+}

@@ -1,0 +1,261 @@
+//! `cargo xtask bench eni`: 100 nodes (moto instances, CiliumNode keys in etcd) from zero to
+//! pre-allocate 8 through the operator's actors in this process, the EC2 calls counted by
+//! the patched moto. The floor is the token bucket itself: every call the run made, at the
+//! configured rate (calls ÷ qps), measured in the same run.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use aws_sdk_ec2::config::{BehaviorVersion, Credentials, Region};
+use aws_sdk_ec2::types::InstanceType;
+use etcd_client::{Client, GetOptions};
+use meshwork_lab::etcd::{EtcdOptions, EtcdServer};
+use meshwork_lab::moto::MotoServer;
+use meshwork_operator::cilium_node::{CiliumNode, CiliumNodeSpec};
+use meshwork_operator::ec2::{Ec2, Ec2Config, Ec2Metrics};
+use meshwork_operator::instances::shared;
+use meshwork_operator::manager::{
+    self, InstancesConfig, LimitsCache, ManagerConfig, PassDeps, ReleaseConfig, watch,
+};
+use meshwork_operator::node_store::etcd::{decode, key};
+use meshwork_operator::node_store::{EtcdStore, KEY_PREFIX};
+use prometheus_client::registry::Registry;
+
+/// Goals of the issue: mutating calls per node, and wall time over the floor.
+const GOAL_MUTATING: f64 = 3.0;
+const GOAL_RATIO: f64 = 1.20;
+const REGION: &str = "us-east-1";
+const ZONE: &str = "us-east-1a";
+/// EC2 actions that change something.
+const MUTATING: &[&str] = &[
+    "CreateNetworkInterface",
+    "AttachNetworkInterface",
+    "ModifyNetworkInterfaceAttribute",
+    "AssignPrivateIpAddresses",
+    "UnassignPrivateIpAddresses",
+    "DetachNetworkInterface",
+    "DeleteNetworkInterface",
+];
+
+/// Options of the ENI benchmark.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Nodes (instances).
+    #[arg(long, default_value_t = 100)]
+    nodes: usize,
+    /// Addresses each node pre-allocates.
+    #[arg(long, default_value_t = 8)]
+    pre_allocate: i64,
+    /// The token bucket's rate (`--limit-ipam-api-qps`).
+    #[arg(long, default_value_t = 20.0)]
+    qps: f64,
+    /// The token bucket's burst (`--limit-ipam-api-burst`).
+    #[arg(long, default_value_t = 4)]
+    burst: u32,
+    /// Give up after this many seconds.
+    #[arg(long, default_value_t = 300)]
+    timeout: u64,
+}
+
+struct Scene {
+    sdk: aws_sdk_ec2::Client,
+    vpc: String,
+    instances: Vec<String>,
+}
+
+/// A VPC with a /20 subnet (room for every node's ENIs) and the instances.
+async fn scene(moto: &MotoServer, nodes: usize) -> anyhow::Result<Scene> {
+    let config = aws_sdk_ec2::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new(REGION))
+        .endpoint_url(moto.endpoint())
+        .credentials_provider(Credentials::new("testing", "testing", None, None, "bench"))
+        .build();
+    let sdk = aws_sdk_ec2::Client::from_conf(config);
+    let vpc = sdk.create_vpc().cidr_block("10.213.0.0/16").send().await?;
+    let vpc = vpc
+        .vpc()
+        .and_then(|v| v.vpc_id())
+        .context("VPC ID")?
+        .to_owned();
+    let subnet = sdk
+        .create_subnet()
+        .vpc_id(&vpc)
+        .cidr_block("10.213.0.0/20")
+        .availability_zone(ZONE)
+        .send()
+        .await?;
+    let subnet = subnet
+        .subnet()
+        .and_then(|s| s.subnet_id())
+        .context("subnet ID")?
+        .to_owned();
+    let group = sdk
+        .create_security_group()
+        .vpc_id(&vpc)
+        .group_name("nodes")
+        .description("nodes")
+        .send()
+        .await?;
+    let group = group.group_id().context("group ID")?.to_owned();
+    let count = i32::try_from(nodes)?;
+    let run = sdk
+        .run_instances()
+        .image_id("ami-12345678")
+        .min_count(count)
+        .max_count(count)
+        .instance_type(InstanceType::M5Large)
+        .subnet_id(&subnet)
+        .security_group_ids(&group)
+        .send()
+        .await?;
+    let instances = run
+        .instances()
+        .iter()
+        .filter_map(|i| i.instance_id().map(str::to_owned))
+        .collect::<Vec<_>>();
+    anyhow::ensure!(
+        instances.len() == nodes,
+        "moto ran {} instances",
+        instances.len()
+    );
+    Ok(Scene {
+        sdk,
+        vpc,
+        instances,
+    })
+}
+
+fn node(name: &str, instance: &str, scene: &Scene, pre: i64) -> CiliumNode {
+    let mut spec = CiliumNodeSpec::default();
+    spec.eni.instance_id = instance.to_owned();
+    spec.eni.instance_type = "m5.large".to_owned();
+    // Device 0 is the instance's own; every node gets a new ENI, as a fresh node in Cilium.
+    spec.eni.first_interface_index = Some(1);
+    spec.eni.vpc_id.clone_from(&scene.vpc);
+    spec.eni.availability_zone = ZONE.to_owned();
+    spec.ipam.pre_allocate = pre;
+    CiliumNode::new(name, spec)
+}
+
+/// Nodes whose published pool holds at least `pre` addresses, every one naming an ENI in
+/// the published status.
+async fn nodes_done(client: &Client, pre: usize) -> anyhow::Result<usize> {
+    let listed = client
+        .clone()
+        .get(KEY_PREFIX, Some(GetOptions::new().with_prefix()))
+        .await?;
+    let mut done = 0;
+    for kv in listed.kvs() {
+        let node = decode(kv)?;
+        anyhow::ensure!(
+            node.pool_ips_without_eni().is_empty(),
+            "published a pool IP without its ENI"
+        );
+        if node.spec.ipam.pool.len() >= pre {
+            done += 1;
+        }
+    }
+    Ok(done)
+}
+
+fn count(calls: &serde_json::Map<String, serde_json::Value>, actions: &[&str]) -> u64 {
+    actions
+        .iter()
+        .filter_map(|action| calls.get(*action).and_then(serde_json::Value::as_u64))
+        .sum()
+}
+
+/// Runs the benchmark and prints its table and the closing line.
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let moto = MotoServer::start()?;
+    let etcd = EtcdServer::start_with(EtcdOptions {
+        data_in_memory: true,
+        ..EtcdOptions::default()
+    })?;
+    let client = Client::connect([etcd.endpoint()], None).await?;
+    let scene = scene(&moto, args.nodes).await?;
+    for (index, instance) in scene.instances.iter().enumerate() {
+        let name = format!("node-{index:03}");
+        let object = node(&name, instance, &scene, args.pre_allocate);
+        client
+            .clone()
+            .put(key(&name), serde_json::to_vec(&object)?, None)
+            .await?;
+    }
+    drop(scene.sdk);
+    moto.clear_calls()?;
+
+    let mut registry = Registry::with_prefix("meshwork");
+    let mut config = Ec2Config::new(REGION).with_endpoint(moto.endpoint());
+    config.qps = args.qps;
+    config.burst = args.burst;
+    let ec2 = Ec2::connect(&config, Ec2Metrics::register(&mut registry)).await?;
+    let deps = PassDeps {
+        ec2,
+        cache: shared(),
+        limits: Arc::new(LimitsCache::default()),
+        store: EtcdStore::new(client.clone()),
+        release: ReleaseConfig::default(),
+    };
+    let start = Instant::now();
+    let operator = manager::start(deps, &ManagerConfig::default(), InstancesConfig::default());
+    let watching = tokio::spawn(watch::watch_etcd(
+        client.clone(),
+        operator.nodes.recipient(),
+    ));
+    let pre = usize::try_from(args.pre_allocate)?;
+    let deadline = Duration::from_secs(args.timeout);
+    loop {
+        if nodes_done(&client, pre).await? == args.nodes {
+            break;
+        }
+        anyhow::ensure!(start.elapsed() < deadline, "not converged in {deadline:?}");
+        // Polling interval of the completion check (adds ≤ 20 ms to the wall time).
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let wall = start.elapsed();
+    let calls = moto.call_counts()?;
+    // Stop watching before etcd goes, so the run ends quietly.
+    watching.abort();
+    drop(operator.instances);
+
+    let nodes = args.nodes as f64;
+    let total = calls
+        .values()
+        .filter_map(serde_json::Value::as_u64)
+        .sum::<u64>();
+    let mutating = count(&calls, MUTATING);
+    let floor = Duration::from_secs_f64(total as f64 / args.qps);
+    let ratio = wall.as_secs_f64() / floor.as_secs_f64();
+    let by_action: BTreeMap<&String, u64> = calls
+        .iter()
+        .filter_map(|(action, n)| Some((action, n.as_u64()?)))
+        .collect();
+    println!(
+        "ENI allocation: {} nodes (m5.large, first-interface-index 1) from 0 to pre-allocate {}",
+        args.nodes, args.pre_allocate
+    );
+    println!("token bucket: {} qps, burst {}", args.qps, args.burst);
+    for (action, n) in &by_action {
+        println!("  {action:<34} {n:>6}  ({:.2}/node)", *n as f64 / nodes);
+    }
+    println!(
+        "mutating EC2 calls per node  {:>8.2}   (goal ≤ {GOAL_MUTATING})",
+        mutating as f64 / nodes
+    );
+    println!("EC2 calls per node (total)   {:>8.2}", total as f64 / nodes);
+    println!("wall time                    {:>8.2} s", wall.as_secs_f64());
+    println!(
+        "floor (calls ÷ qps)          {:>8.2} s",
+        floor.as_secs_f64()
+    );
+    println!("ratio                        {ratio:>8.2}   (goal ≤ {GOAL_RATIO})");
+    println!(
+        "mutating_calls_per_node={:.1} ratio={ratio:.2}",
+        mutating as f64 / nodes
+    );
+    Ok(())
+}
