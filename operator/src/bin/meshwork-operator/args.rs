@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand};
+use meshwork_operator::limits::{Limits, LimitsTable};
 use meshwork_operator::model::Tags;
 
 /// Meshwork's AWS ENI IPAM operator: allocates ENIs and secondary IPv4 addresses (or /28
@@ -93,6 +94,12 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 300)]
     pub eni_gc_interval: u64,
 
+    /// Instance-type limits that win over DescribeInstanceTypes, as Cilium's
+    /// `--aws-instance-limit-mapping`: `TYPE=ADAPTERS,IPV4,IPV6` (repeat the flag for more
+    /// types), e.g. `m5.large=3,10,10`.
+    #[arg(long, value_parser = parse_limit_mapping, value_name = "TYPE=ADAPTERS,IPV4,IPV6")]
+    pub aws_instance_limit_mapping: Vec<(String, Limits)>,
+
     /// Address of `/metrics` and `/healthz` (empty disables).
     #[arg(long, default_value = "127.0.0.1:9963")]
     pub prometheus_serve_addr: String,
@@ -138,6 +145,15 @@ impl RunArgs {
         tags
     }
 
+    /// The `--aws-instance-limit-mapping` overrides.
+    pub fn limit_overrides(&self) -> LimitsTable {
+        let mut table = LimitsTable::new();
+        for (instance_type, limits) in &self.aws_instance_limit_mapping {
+            table.set(instance_type.clone(), limits.clone());
+        }
+        table
+    }
+
     /// The release delay.
     pub fn release_delay(&self) -> Duration {
         Duration::from_secs(self.excess_ip_release_delay)
@@ -161,6 +177,38 @@ fn optional_addr(flag: &str, text: &str) -> anyhow::Result<Option<SocketAddr>> {
     text.parse()
         .map(Some)
         .with_context(|| format!("{flag} {text:?}"))
+}
+
+/// `TYPE=ADAPTERS,IPV4,IPV6` → one instance type's limits.
+pub fn parse_limit_mapping(text: &str) -> Result<(String, Limits), String> {
+    let (instance_type, numbers) = text
+        .split_once('=')
+        .filter(|(t, _)| !t.trim().is_empty())
+        .ok_or_else(|| format!("expected TYPE=ADAPTERS,IPV4,IPV6, got {text:?}"))?;
+    let numbers: Vec<u32> = numbers
+        .split(',')
+        .map(|n| n.trim().parse::<u32>())
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("{text:?}: {e}"))?;
+    let [adapters, ipv4, ipv6] = numbers[..] else {
+        return Err(format!(
+            "{text:?}: expected three numbers: adapters, IPv4 and IPv6 per adapter"
+        ));
+    };
+    if adapters == 0 || ipv4 == 0 {
+        return Err(format!(
+            "{text:?}: adapters and IPv4 addresses must be at least 1"
+        ));
+    }
+    Ok((
+        instance_type.trim().to_owned(),
+        Limits {
+            adapters,
+            ipv4,
+            ipv6,
+            hypervisor: String::new(),
+        },
+    ))
 }
 
 /// `k1=v1,k2=v2` → tags (empty string → none).
@@ -187,6 +235,31 @@ mod tests {
         assert_eq!(tags.get("b").map(String::as_str), Some("2"));
         assert!(parse_tags("").expect("empty").is_empty());
         assert!(parse_tags("novalue").is_err());
+    }
+
+    #[test]
+    fn limit_mappings_parse_like_cilium_and_refuse_garbage() {
+        let cli = Cli::parse_from([
+            "meshwork-operator",
+            "--aws-instance-limit-mapping",
+            "m5.large=2,4,4",
+            "--aws-instance-limit-mapping=x1.custom=8,30,30",
+        ]);
+        let table = cli.run.limit_overrides();
+        assert_eq!(
+            table.get("m5.large").map(|l| (l.adapters, l.ipv4)),
+            Some((2, 4))
+        );
+        assert_eq!(table.get("x1.custom").map(|l| l.ipv6), Some(30));
+        for bad in [
+            "m5.large",
+            "=1,2,3",
+            "m5.large=1,2",
+            "m5.large=0,4,4",
+            "m5.large=a,b,c",
+        ] {
+            assert!(parse_limit_mapping(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -175,7 +175,7 @@ fn start<S: NodeStore + Clone + Unpin + 'static>(
     let deps = PassDeps {
         ec2,
         cache: shared(),
-        limits: Arc::new(LimitsCache::default()),
+        limits: Arc::new(LimitsCache::new(run.limit_overrides())),
         store,
         release: ReleaseConfig {
             enabled: run.aws_release_excess_ips,
