@@ -1,9 +1,8 @@
 //! End to end with the real binaries: `meshwork-agent` against real etcd servers (one per
 //! remote cluster), read by `meshctl status --json`, metrics checked by `promtool`.
 
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use meshwork_agent_core::kvstore::{EtcdBackend, EtcdConfig};
@@ -11,6 +10,12 @@ use meshwork_lab::cilium::{Cluster, Sizes};
 use meshwork_lab::etcd::EtcdServer;
 use meshwork_lab::process::LabProcess;
 use meshwork_lab::wait;
+
+mod common {
+    pub mod prometheus;
+}
+
+use common::prometheus;
 
 const SIZES: Sizes = Sizes {
     nodes: 2,
@@ -83,19 +88,6 @@ fn until<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
         &mut check,
     )
     .unwrap()
-}
-
-fn http_get(port: u16, path: &str) -> String {
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let (_, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
-    body.to_owned()
 }
 
 #[test]
@@ -174,7 +166,7 @@ fn agent_status_json_metrics_drain_and_sigterm() {
         "{raw}"
     );
 
-    let metrics = http_get(metrics_port, "/metrics");
+    let metrics = prometheus::scrape(metrics_port).expect("the agent serves /metrics");
     assert!(metrics.contains("meshwork_remote_clusters 3"), "{metrics}");
     assert!(
         metrics.contains(r#"meshwork_remote_cluster_readiness_status{target_cluster="c1"} 1"#),
@@ -184,26 +176,7 @@ fn agent_status_json_metrics_drain_and_sigterm() {
         metrics.contains(r#"meshwork_remote_cluster_endpoints{target_cluster="c2"} 10"#),
         "{metrics}"
     );
-    let mut promtool = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool (cargo xtask setup installs it)");
-    promtool
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(metrics.as_bytes())
-        .unwrap();
-    let checked = promtool.wait_with_output().unwrap();
-    assert!(
-        checked.status.success() && checked.stdout.is_empty() && checked.stderr.is_empty(),
-        "promtool check metrics complained:\n{}{}",
-        String::from_utf8_lossy(&checked.stdout),
-        String::from_utf8_lossy(&checked.stderr)
-    );
+    prometheus::assert_promtool_clean(&metrics);
 
     // Removing a config file removes the cluster.
     std::fs::remove_file(config.join("c2")).unwrap();
