@@ -23,7 +23,7 @@ use meshwork_lab::process::LabProcess;
 use meshwork_proto::agent::v1 as pb;
 use meshwork_proto::agent::v1::datapath_client::DatapathClient;
 
-use crate::bench_sync::{raw_read, start_clusters};
+use crate::bench_sync::{raw_read, start_clusters, write_mesh_config};
 use crate::binaries;
 use crate::measure::{median, ms};
 
@@ -189,14 +189,7 @@ async fn regeneration(
         allowed_identities: vec![clusters[0].identity(0)],
         host: false,
     })?;
-    let config = dir.path().join("clustermesh");
-    std::fs::create_dir(&config)?;
-    for (server, cluster) in servers.iter().zip(clusters) {
-        std::fs::write(
-            config.join(&cluster.name),
-            format!("endpoints:\n- {}\n", server.endpoint()),
-        )?;
-    }
+    let config = write_mesh_config(dir.path(), servers, clusters)?;
     let socket = dir.path().join("agent.sock");
     let mut command = Command::new(agent);
     command

@@ -226,6 +226,23 @@ pub(crate) async fn raw_read(
     Ok(started.elapsed())
 }
 
+/// Writes `<dir>/clustermesh` with one config file per cluster (its etcd endpoint).
+pub(crate) fn write_mesh_config(
+    dir: &Path,
+    servers: &[EtcdServer],
+    clusters: &[Cluster],
+) -> anyhow::Result<std::path::PathBuf> {
+    let config = dir.join("clustermesh");
+    std::fs::create_dir(&config)?;
+    for (server, cluster) in servers.iter().zip(clusters) {
+        std::fs::write(
+            config.join(&cluster.name),
+            format!("endpoints:\n- {}\n", server.endpoint()),
+        )?;
+    }
+    Ok(config)
+}
+
 /// Starts the agent on `clusters`, asks `WaitSynced(IP_IDENTITIES)`; returns the time from
 /// the agent's start and its peak RSS in MiB.
 async fn agent_sync(
@@ -234,14 +251,7 @@ async fn agent_sync(
     clusters: &[Cluster],
 ) -> anyhow::Result<(Duration, u64)> {
     let dir = tempfile::tempdir()?;
-    let config = dir.path().join("clustermesh");
-    std::fs::create_dir(&config)?;
-    for (server, cluster) in servers.iter().zip(clusters) {
-        std::fs::write(
-            config.join(&cluster.name),
-            format!("endpoints:\n- {}\n", server.endpoint()),
-        )?;
-    }
+    let config = write_mesh_config(dir.path(), servers, clusters)?;
     let socket = dir.path().join("agent.sock");
     let mut command = Command::new(agent);
     command
