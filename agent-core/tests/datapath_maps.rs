@@ -115,3 +115,34 @@ fn a_full_map_is_reported_once_and_not_retried() {
     writer.flush(&map).unwrap();
     assert_eq!(writer.stats().map_full, 5);
 }
+
+#[test]
+fn local_endpoint_entries_are_replaced_as_a_whole_and_identity_0_is_refused() {
+    let root = BpfRoot::new().unwrap();
+    let pins = PinDir::under(root.path());
+    let map = pins.recreate_ipcache().unwrap();
+    let mut writer = IpCacheWriter::new(None);
+    let ips: Vec<IpAddr> = vec![
+        "10.214.1.10".parse().unwrap(),
+        "fd6d:77::10".parse().unwrap(),
+    ];
+    assert!(writer.set_local(7, &ips, 1000).is_empty());
+    writer.flush(&map).unwrap();
+    let entries = map.entries().unwrap();
+    assert_eq!(entries.len(), 2);
+    assert!(
+        entries
+            .iter()
+            .all(|(_, v)| v.sec_identity == 1000 && v.tunnel().is_none())
+    );
+
+    // A new spec replaces the old IPs; identity 0 is refused and writes nothing.
+    assert!(writer.set_local(7, &ips[..1], 1001).is_empty());
+    writer.flush(&map).unwrap();
+    let entries = map.entries().unwrap();
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0].1.sec_identity, 1001);
+    assert_eq!(writer.set_local(8, &ips[1..], 0), ips[1..].to_vec());
+    writer.flush(&map).unwrap();
+    assert_eq!(map.entries().unwrap().len(), 1);
+}

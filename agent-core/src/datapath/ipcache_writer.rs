@@ -9,6 +9,7 @@ use std::sync::Arc;
 use super::bpf_sys::{self, BatchError};
 use super::ipcache_map::{self, EntryError, IpCacheKey, RemoteEndpointInfo};
 use super::maps::IpCacheMap;
+use crate::clustermesh::events::Change;
 use crate::types::IpCacheEntry;
 
 /// Who put an entry in the map; only the owner deletes it.
@@ -41,7 +42,6 @@ pub struct IpCacheWriter {
     desired: HashMap<IpCacheKey, (Owner, RemoteEndpointInfo)>,
     pending: HashMap<IpCacheKey, Option<RemoteEndpointInfo>>,
     batch_supported: bool,
-    write_error: Option<std::io::Error>,
     stats: WriterStats,
 }
 
@@ -53,7 +53,6 @@ impl IpCacheWriter {
             desired: HashMap::new(),
             pending: HashMap::new(),
             batch_supported: true,
-            write_error: None,
             stats: WriterStats::default(),
         }
     }
@@ -65,6 +64,44 @@ impl IpCacheWriter {
         })?;
         self.set(owner, key, value);
         Ok(())
+    }
+
+    /// Applies one remote cluster's change; a rejected upsert is counted and never written.
+    pub fn apply_remote(
+        &mut self,
+        cluster: &Arc<str>,
+        change: &Change<IpCacheEntry>,
+    ) -> Result<(), EntryError> {
+        let owner = Owner::Cluster(cluster.clone());
+        match change {
+            Change::Upsert(entry) => self.upsert(owner, entry),
+            Change::Delete(entry) => {
+                self.delete(&owner, entry);
+                Ok(())
+            }
+        }
+    }
+
+    /// Replaces local endpoint `id`'s entries: each IP a host entry of `identity` on this node
+    /// (tunnel 0). Answers the IPs refused (identity 0).
+    pub fn set_local(&mut self, id: u64, ips: &[IpAddr], identity: u32) -> Vec<IpAddr> {
+        let owner = Owner::Endpoint(id);
+        self.remove_owner(&owner);
+        let mut refused = Vec::new();
+        for &ip in ips {
+            let len = if ip.is_ipv4() { 32 } else { 128 };
+            match IpCacheKey::new(ip, len, 0) {
+                Ok(key) if identity != 0 => {
+                    self.set(
+                        owner.clone(),
+                        key,
+                        RemoteEndpointInfo::new(identity, None, 0),
+                    );
+                }
+                _ => refused.push(ip),
+            }
+        }
+        refused
     }
 
     /// Upserts an already encoded entry.
@@ -140,12 +177,9 @@ impl IpCacheWriter {
                 }
             }
         }
-        let written = self.write_upserts(map, &keys, &values);
+        let (written, error) = self.write_upserts(map, &keys, &values);
         self.stats.written += written as u64;
-        if written < keys.len() {
-            let err = self.write_error.take().unwrap_or_else(|| {
-                std::io::Error::other("the batched update stopped without an error")
-            });
+        if let Some(err) = error {
             let failed = keys.len() - written;
             if err.raw_os_error() == Some(libc::ENOSPC) || err.raw_os_error() == Some(libc::E2BIG) {
                 self.stats.map_full += failed as u64;
@@ -166,24 +200,20 @@ impl IpCacheWriter {
         map: &IpCacheMap,
         keys: &[IpCacheKey],
         values: &[RemoteEndpointInfo],
-    ) -> usize {
+    ) -> (usize, Option<std::io::Error>) {
         if self.batch_supported {
             match bpf_sys::update_batch(map.fd(), keys, values) {
-                Ok(()) => return keys.len(),
+                Ok(()) => return (keys.len(), None),
                 Err(BatchError::Unsupported(_)) => self.batch_supported = false,
-                Err(BatchError::Failed { done, error }) => {
-                    self.write_error = Some(error);
-                    return done;
-                }
+                Err(BatchError::Failed { done, error }) => return (done, Some(error)),
             }
         }
         for (done, (key, value)) in keys.iter().zip(values).enumerate() {
             if let Err(error) = bpf_sys::update(map.fd(), key, value) {
-                self.write_error = Some(error);
-                return done;
+                return (done, Some(error));
             }
         }
-        keys.len()
+        (keys.len(), None)
     }
 
     /// Entries the map should hold now.

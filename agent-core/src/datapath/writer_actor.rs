@@ -7,11 +7,10 @@ use std::net::IpAddr;
 
 use actix::{Actor, Context, Handler, Message, MessageResult};
 
-use super::ipcache_map::{IpCacheKey, RemoteEndpointInfo};
 use super::ipcache_writer::{FlushError, IpCacheWriter, Owner, WriterStats};
 use super::lb_writer::{LbStats, LbWriter};
 use super::maps::IpCacheMap;
-use crate::clustermesh::events::{Change, RemoteEvent, RemoteEvents};
+use crate::clustermesh::events::{RemoteEvent, RemoteEvents};
 use crate::clustermesh::kinds::SyncKind;
 
 /// The actor; see the module docs.
@@ -67,20 +66,12 @@ impl Handler<RemoteEvents> for DatapathWriter {
             lb.apply(&events);
         }
         for event in &events {
-            let RemoteEvent::IpCache {
+            if let RemoteEvent::IpCache {
                 cluster, change, ..
             } = event
-            else {
-                continue;
-            };
-            let owner = Owner::Cluster(cluster.clone());
-            match change {
-                Change::Upsert(entry) => {
-                    if let Err(err) = self.writer.upsert(owner, entry) {
-                        tracing::warn!(cluster = %cluster, %err, "ipcache entry rejected");
-                    }
-                }
-                Change::Delete(entry) => self.writer.delete(&owner, entry),
+                && let Err(err) = self.writer.apply_remote(cluster, change)
+            {
+                tracing::warn!(cluster = %cluster, %err, "ipcache entry rejected");
             }
         }
         self.flush();
@@ -103,18 +94,8 @@ impl Handler<SetLocalEndpoint> for DatapathWriter {
     type Result = ();
 
     fn handle(&mut self, msg: SetLocalEndpoint, _: &mut Context<Self>) {
-        let owner = Owner::Endpoint(msg.id);
-        self.writer.remove_owner(&owner);
-        for ip in msg.ips {
-            let len = if ip.is_ipv4() { 32 } else { 128 };
-            match IpCacheKey::new(ip, len, 0) {
-                Ok(key) if msg.identity != 0 => self.writer.set(
-                    owner.clone(),
-                    key,
-                    RemoteEndpointInfo::new(msg.identity, None, 0),
-                ),
-                _ => tracing::warn!(endpoint = msg.id, %ip, "local ipcache entry rejected"),
-            }
+        for ip in self.writer.set_local(msg.id, &msg.ips, msg.identity) {
+            tracing::warn!(endpoint = msg.id, %ip, "local ipcache entry rejected");
         }
         self.flush();
     }
