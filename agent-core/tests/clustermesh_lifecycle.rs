@@ -1,5 +1,5 @@
 //! The life of a remote cluster against real etcd servers (contract §2–§4): config changes,
-//! cluster ID changes, reconnects, agent shutdown, capabilities, required configs and the
+//! invalid config files, cluster ID changes, reconnects, agent shutdown, capabilities, required configs and the
 //! 511-cluster mode.
 
 mod common;
@@ -13,6 +13,7 @@ use common::mesh::Mesh;
 use common::*;
 use meshwork_agent_core::clustermesh::barrier::SyncBarrier;
 use meshwork_agent_core::clustermesh::barrier_actor::{GetMeshWait, SyncBarrierActor};
+use meshwork_agent_core::clustermesh::config_dir::ClusterConfigEvent;
 use meshwork_agent_core::clustermesh::events::{Change, RemoteEvent, RemoteEvents};
 use meshwork_agent_core::clustermesh::identity_actor::{
     GetRegisteredIdentities, IdentityCacheActor,
@@ -21,7 +22,7 @@ use meshwork_agent_core::clustermesh::mesh::{ClusterMesh, ShutdownMesh};
 use meshwork_agent_core::clustermesh::remote_cluster::runner::MeshSettings;
 use meshwork_agent_core::clustermesh::remote_cluster::stores::Sinks;
 use meshwork_agent_core::clustermesh::remote_state::RemoteStateActor;
-use meshwork_agent_core::clustermesh::status::ClusterStatus;
+use meshwork_agent_core::clustermesh::status::{ClusterStatus, SyncFlags};
 use meshwork_agent_core::clustermesh::{SyncKind, WaitError, WaitOutcome};
 use meshwork_agent_core::kvstore::{KvstoreMetrics, keys};
 use meshwork_lab::cilium::{Cluster, Sizes};
@@ -333,6 +334,55 @@ async fn a_config_change_reconnects_the_same_cluster_without_losing_data() {
         ]
     );
     h.identities_until("c1", 5).await;
+    h.assert_all_waits_synced_at_once().await;
+}
+
+#[actix_rt::test]
+async fn an_invalid_config_file_disconnects_but_keeps_what_the_cluster_contributed() {
+    init_tracing();
+    let h = Harness::start(255);
+    let c1 = cluster("c1", 1);
+    let etcd = loaded(&c1).await;
+    synced(&h, &c1, &etcd).await;
+    let mark = h.events().await.len();
+
+    // As in Cilium, a config file that stops parsing closes the connection.
+    h.mesh
+        .mesh
+        .send(ClusterConfigEvent::Invalid {
+            name: "c1".to_owned(),
+            error: "c1: invalid YAML".to_owned(),
+        })
+        .await
+        .unwrap();
+    let status = h
+        .status_until("c1", "disconnected, stores stopped", |s| {
+            !s.connected && s.synced == SyncFlags::default()
+        })
+        .await;
+    assert!(error_contains(&status, "invalid YAML"), "{status:#?}");
+    assert!(!status.ready());
+    // Nothing it contributed is drained, and the latches stay done.
+    assert_eq!(entries(&status), (3, 2, 5, 20));
+    assert_eq!(h.counts("c1").await, (3, 2, 20));
+    h.identities_until("c1", 5).await;
+    h.assert_all_waits_synced_at_once().await;
+
+    // Changes made meanwhile arrive once the file is fixed: exactly the difference.
+    let (extra, value) = c1.ipcache(SMALL.ipcache);
+    connect(&etcd).await.put(&extra, value).await.unwrap();
+    h.add_server("c1", &etcd).await;
+    let status = h
+        .status_until("c1", "ready again", |s| {
+            s.ready() && entries(s) == (3, 2, 5, 21)
+        })
+        .await;
+    assert_eq!(status.last_error, None);
+    h.contribution_until("c1", (3, 2, 21)).await;
+    assert_eq!(
+        h.events_since(mark).await,
+        [format!("ip+ c1 {}", ipcache_key(&extra))]
+    );
     h.assert_all_waits_synced_at_once().await;
 }
 

@@ -14,7 +14,7 @@ use super::cluster_ids::{ClusterIds, IdInUse, ReserveClusterId};
 use super::config_dir::ClusterConfigEvent;
 use super::remote_cluster::runner::MeshSettings;
 use super::remote_cluster::stores::Sinks;
-use super::remote_cluster::{GetStatus, Reconfigure, RemoteCluster, Remove, Shutdown};
+use super::remote_cluster::{Disconnect, GetStatus, Reconfigure, RemoteCluster, Remove, Shutdown};
 use super::status::ClusterStatus;
 use crate::kvstore::KvstoreMetrics;
 
@@ -114,7 +114,13 @@ impl Handler<ClusterConfigEvent> for ClusterMesh {
                         invalid: None,
                     }
                 });
-                // A running connection keeps its last good config until the file is fixed.
+                // As in Cilium the connection closes until the file is fixed; what the cluster
+                // contributed stays (removing the file is what drains it).
+                if let Some(actor) = &entry.actor {
+                    actor.do_send(Disconnect {
+                        error: error.clone(),
+                    });
+                }
                 entry.invalid = Some(error);
             }
             ClusterConfigEvent::Remove { .. } => {

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 use actix::{Actor, Context, Handler, Message, MessageResult, Recipient};
 use tokio::sync::mpsc;
@@ -111,7 +112,7 @@ pub struct RemoteStateActor {
     barrier: Recipient<BarrierUpdate>,
     ack_services: bool,
     subscribers: Vec<Recipient<RemoteEvents>>,
-    ipcache_tap: Option<mpsc::UnboundedSender<Arc<IpCacheEntry>>>,
+    ipcache_tap: Option<mpsc::UnboundedSender<(Arc<IpCacheEntry>, Instant)>>,
 }
 
 impl RemoteStateActor {
@@ -139,8 +140,12 @@ impl RemoteStateActor {
         self
     }
 
-    /// Also reports every applied ipcache entry on `tap` (benchmarks measure propagation).
-    pub fn with_ipcache_tap(mut self, tap: mpsc::UnboundedSender<Arc<IpCacheEntry>>) -> Self {
+    /// Also reports every applied ipcache entry on `tap`, stamped when it was applied
+    /// (benchmarks measure propagation).
+    pub fn with_ipcache_tap(
+        mut self,
+        tap: mpsc::UnboundedSender<(Arc<IpCacheEntry>, Instant)>,
+    ) -> Self {
         self.ipcache_tap = Some(tap);
         self
     }
@@ -179,7 +184,7 @@ impl RemoteStateActor {
             RemoteEvent::IpCache { change, .. } => {
                 if let Some(tap) = &self.ipcache_tap {
                     let (Change::Upsert(entry) | Change::Delete(entry)) = change;
-                    let _ = tap.send(Arc::clone(entry));
+                    let _ = tap.send((Arc::clone(entry), Instant::now()));
                 }
             }
             RemoteEvent::Node { .. } | RemoteEvent::Service { .. } => {}

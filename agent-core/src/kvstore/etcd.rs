@@ -46,6 +46,9 @@ pub struct ListPage {
     pub kvs: Vec<etcd_client::KeyValue>,
     /// The revision the whole list reads at.
     pub revision: i64,
+    /// Keys in the range from this page's first key on, this page included (etcd's
+    /// `count`): on the first page, the size of the whole list.
+    pub remaining: i64,
 }
 
 /// One change seen by a watch.
@@ -287,6 +290,7 @@ impl EtcdBackend {
                     };
                     let more = response.more();
                     let page = ListPage {
+                        remaining: response.count(),
                         kvs: response.take_kvs(),
                         revision,
                     };

@@ -117,6 +117,9 @@ impl WatchStoreOptions {
     }
 }
 
+/// Most entries a list may pre-size a store for.
+const MAX_PRESIZE: usize = 4 << 20;
+
 struct Entry<V> {
     value: Arc<V>,
     stale: bool,
@@ -274,6 +277,7 @@ impl<D: Decoder, O: Observer<D::Value>> WatchStore<D, O> {
     ) -> Result<Option<i64>, KvstoreError> {
         let mut pages = backend.list(prefix, self.options.page_size);
         let mut revision = 0;
+        let mut first = true;
         loop {
             let page = tokio::select! {
                 () = cancel.cancelled() => return Ok(None),
@@ -284,6 +288,15 @@ impl<D: Decoder, O: Observer<D::Value>> WatchStore<D, O> {
             };
             let page = page?;
             revision = page.revision;
+            if std::mem::take(&mut first) {
+                // Grown once to the list's size rather than rehashed as it doubles; capped,
+                // since the count is the remote's word.
+                let expected = usize::try_from(page.remaining)
+                    .unwrap_or(0)
+                    .min(MAX_PRESIZE);
+                self.state
+                    .reserve(expected.saturating_sub(self.state.len()));
+            }
             for kv in &page.kvs {
                 self.upsert(prefix, kv.key(), kv.value());
             }

@@ -51,8 +51,14 @@ impl IpCacheEntry {
     /// The compact form of a validated pair (`None` when it has no valid prefix).
     pub fn from_pair(pair: IpIdentityPair) -> Option<Self> {
         let prefix = pair.prefix()?;
-        let pod = (!pair.k8s_namespace.is_empty() || !pair.k8s_pod_name.is_empty())
-            .then(|| format!("{}/{}", pair.k8s_namespace, pair.k8s_pod_name).into_boxed_str());
+        let pod = (!pair.k8s_namespace.is_empty() || !pair.k8s_pod_name.is_empty()).then(|| {
+            // Grown in place from the namespace: no formatting machinery per entry.
+            let mut pod = pair.k8s_namespace;
+            pod.reserve_exact(1 + pair.k8s_pod_name.len());
+            pod.push('/');
+            pod.push_str(&pair.k8s_pod_name);
+            pod.into_boxed_str()
+        });
         let named_ports =
             (!pair.named_ports.is_empty()).then(|| pair.named_ports.into_boxed_slice());
         Some(Self {

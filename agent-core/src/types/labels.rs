@@ -7,7 +7,6 @@
 //! `=` when the value is empty — in byte order of the key, and reading it back skips entries
 //! with an empty key (the text after the final `;`).
 
-use std::collections::BTreeMap;
 use std::fmt;
 
 /// Source of Kubernetes-derived labels.
@@ -94,7 +93,12 @@ impl fmt::Display for Label {
 /// A set of labels keyed (and ordered) by label key, like Cilium's `labels.Labels`: a key
 /// appears once; inserting it again replaces the earlier label.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Labels(BTreeMap<String, Label>);
+pub struct Labels(
+    // Sorted by key, keys unique. A set holds a handful of labels: a sorted vector costs one
+    // allocation where a map costs a node and a copy of every key, and remote identities
+    // arrive by the ten thousand.
+    Vec<Label>,
+);
 
 impl Labels {
     /// No labels.
@@ -117,11 +121,11 @@ impl Labels {
     pub fn to_kvstore_string(&self) -> String {
         let mut out = String::with_capacity(
             self.0
-                .values()
+                .iter()
                 .map(|l| l.source.len() + l.key.len() + l.value.len() + 3)
                 .sum(),
         );
-        for label in self.0.values() {
+        for label in &self.0 {
             label.write_kvstore(&mut out);
         }
         out
@@ -129,17 +133,23 @@ impl Labels {
 
     /// Adds `label`, returning the label it replaced (same key).
     pub fn insert(&mut self, label: Label) -> Option<Label> {
-        self.0.insert(label.key.clone(), label)
+        match self.position(&label.key) {
+            Ok(at) => Some(std::mem::replace(&mut self.0[at], label)),
+            Err(at) => {
+                self.0.insert(at, label);
+                None
+            }
+        }
     }
 
     /// The label with key `key`.
     pub fn get(&self, key: &str) -> Option<&Label> {
-        self.0.get(key)
+        self.position(key).ok().map(|at| &self.0[at])
     }
 
     /// The labels in key order.
     pub fn iter(&self) -> impl Iterator<Item = &Label> {
-        self.0.values()
+        self.0.iter()
     }
 
     /// Number of labels.
@@ -150,6 +160,14 @@ impl Labels {
     /// Whether there are no labels.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
+    }
+
+    fn position(&self, key: &str) -> Result<usize, usize> {
+        // Sorted input (the kvstore form is) appends: check the end first.
+        match self.0.last() {
+            Some(last) if last.key.as_str() < key => Err(self.0.len()),
+            _ => self.0.binary_search_by(|label| label.key.as_str().cmp(key)),
+        }
     }
 }
 

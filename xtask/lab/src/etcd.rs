@@ -27,6 +27,10 @@ pub struct EtcdOptions {
     /// Keep the data on tmpfs (`/dev/shm`), so fsync costs nothing: for benchmarks that
     /// measure Meshwork rather than the disk.
     pub data_in_memory: bool,
+    /// `GOMAXPROCS` of the server. Several servers sharing a small machine with the process
+    /// under test each spin idle Go threads looking for work, burning CPU the measured
+    /// process needs; one processor each keeps a benchmark's servers out of its way.
+    pub max_procs: Option<u32>,
 }
 
 /// A running etcd server; stopped and its directory removed on drop.
@@ -176,6 +180,9 @@ impl EtcdServer {
             .arg("warn");
         if let Some(ops) = self.options.max_txn_ops {
             command.arg("--max-txn-ops").arg(ops.to_string());
+        }
+        if let Some(procs) = self.options.max_procs {
+            command.env("GOMAXPROCS", procs.to_string());
         }
         if let Some(tls) = &self.tls {
             command

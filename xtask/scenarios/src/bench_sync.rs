@@ -7,37 +7,21 @@
 //!    paced rate, measured in-process on the same actors the agent runs.
 //! 3. The agent's peak RSS holding 1M remote ipcache entries.
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use actix::Actor;
 use anyhow::{Context, bail};
-use meshwork_agent_core::clustermesh::barrier::SyncBarrier;
-use meshwork_agent_core::clustermesh::barrier_actor::{GetMeshWait, SyncBarrierActor};
-use meshwork_agent_core::clustermesh::config_dir::{ClusterConfigEvent, RemoteClusterConfig};
-use meshwork_agent_core::clustermesh::identity_actor::IdentityCacheActor;
-use meshwork_agent_core::clustermesh::mesh::{ClusterMesh, ShutdownMesh};
-use meshwork_agent_core::clustermesh::remote_cluster::runner::MeshSettings;
-use meshwork_agent_core::clustermesh::remote_cluster::stores::Sinks;
-use meshwork_agent_core::clustermesh::remote_state::RemoteStateActor;
-use meshwork_agent_core::clustermesh::{SyncKind, WaitOutcome};
-use meshwork_agent_core::kvstore::{
-    EtcdBackend, EtcdConfig, KvstoreMetrics, etcd::DEFAULT_PAGE_SIZE, keys,
-};
-use meshwork_agent_core::types::IpCacheEntry;
+use meshwork_agent_core::kvstore::{EtcdBackend, EtcdConfig, etcd::DEFAULT_PAGE_SIZE, keys};
 use meshwork_lab::cilium::{Cluster, Sizes};
 use meshwork_lab::etcd::{EtcdOptions, EtcdServer};
 use meshwork_lab::process::LabProcess;
 use meshwork_proto::agent::v1::{
     SyncKind as PbSyncKind, WaitSyncedRequest, agent_client::AgentClient,
 };
-use tokio::sync::mpsc;
 
-use crate::measure::{median, ms, peak_rss_mib};
-use crate::{binaries, floor};
+use crate::measure::{cpu_time, median, ms, peak_rss_mib};
+use crate::{binaries, floor, propagation};
 
 const RATIO_GOAL: f64 = 1.30;
 const P99_GOAL_MS: f64 = 5.0;
@@ -67,8 +51,8 @@ pub struct Args {
     /// Puts in the propagation figure.
     #[arg(long, default_value_t = 4_000)]
     puts: u32,
-    /// Rounds of the sync figure; medians are reported.
-    #[arg(long, default_value_t = 3)]
+    /// Rounds of the sync figure; medians are reported (single rounds vary by ±20% here).
+    #[arg(long, default_value_t = 5)]
     rounds: usize,
     /// Remote ipcache entries for the memory figure (spread over the clusters); 0 skips it.
     #[arg(long, default_value_t = 1_000_000)]
@@ -94,18 +78,33 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let mut floors = Vec::new();
     let mut agents = Vec::new();
     for round in 0..args.rounds {
-        if round % 2 == 0 {
-            floors.push(raw_read(&servers, &clusters).await?);
-            agents.push(agent_sync(&agent_bin, &servers, &clusters).await?.0);
+        let raw = || async {
+            let etcd_before = etcd_cpu(&servers);
+            let elapsed = raw_read(&servers, &clusters).await?;
+            anyhow::Ok((elapsed, etcd_cpu(&servers) - etcd_before))
+        };
+        let synced = || async {
+            let etcd_before = etcd_cpu(&servers);
+            let run = agent_sync(&agent_bin, &servers, &clusters).await?;
+            anyhow::Ok((run, etcd_cpu(&servers) - etcd_before))
+        };
+        let ((raw_time, raw_etcd), (run, agent_etcd)) = if round % 2 == 0 {
+            let raw = raw().await?;
+            (raw, synced().await?)
         } else {
-            agents.push(agent_sync(&agent_bin, &servers, &clusters).await?.0);
-            floors.push(raw_read(&servers, &clusters).await?);
-        }
+            let synced = synced().await?;
+            (raw().await?, synced)
+        };
+        floors.push(raw_time);
+        agents.push(run.elapsed);
         println!(
-            "  round {}: raw read {:>7.1} ms   agent → IPIdentitiesSynced {:>7.1} ms",
+            "  round {}: raw read {:>7.1} ms (etcd cpu {:>5.0} ms)   agent → IPIdentitiesSynced {:>7.1} ms (etcd cpu {:>5.0} ms, agent cpu {:>5.0} ms)",
             round + 1,
-            ms(floors[round]),
-            ms(agents[round])
+            ms(raw_time),
+            ms(raw_etcd),
+            ms(run.elapsed),
+            ms(agent_etcd),
+            ms(run.cpu),
         );
     }
     let floor = median(&mut floors);
@@ -120,10 +119,22 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         ms(agent_time)
     );
 
-    let (p50, p99) = propagation(&servers[0], &clusters[0], args.rate, args.puts).await?;
+    let figures = propagation::measure(&servers[0], &clusters[0], args.rate, args.puts).await?;
+    let p99 = figures.consumer.p99;
     println!(
-        "  propagation put → ipcache consumer at {} puts/s ({} puts): p50 {p50:.2} ms, p99 {p99:.2} ms (goal p99 ≤ {P99_GOAL_MS:.1} ms)",
+        "  propagation at {} puts/s ({} puts), put issued → ...  p50      p99",
         args.rate, args.puts
+    );
+    for (what, p) in [
+        ("etcd acknowledges the put       ", figures.ack),
+        ("raw etcd watch sees it (floor)  ", figures.raw_watch),
+        ("ipcache consumer applies it     ", figures.consumer),
+    ] {
+        println!("    {what} {:>6.2} ms {:>6.2} ms", p.p50, p.p99);
+    }
+    println!(
+        "  consumer p99 {p99:.2} ms (goal ≤ {P99_GOAL_MS:.1} ms; {:.2} ms above the raw watch's p99)",
+        p99 - figures.raw_watch.p99
     );
     drop(servers);
 
@@ -136,7 +147,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             ipcache: per_cluster,
         };
         let (servers, clusters) = start_clusters(args.clusters, sizes).await?;
-        let (_, rss) = agent_sync(&agent_bin, &servers, &clusters).await?;
+        let rss = agent_sync(&agent_bin, &servers, &clusters)
+            .await?
+            .peak_rss_mib;
         println!(
             "  agent peak RSS holding {} remote ipcache entries: {rss} MiB (goal ≤ {RSS_GOAL_MIB} MiB)",
             per_cluster * args.clusters
@@ -164,6 +177,8 @@ pub(crate) async fn start_clusters(
         let server = EtcdServer::start_with(EtcdOptions {
             max_txn_ops: Some(10_000),
             data_in_memory: true,
+            // Four servers on a small machine: no idle-spinning Go threads next to the agent.
+            max_procs: Some(1),
             name: Some(cluster.name.clone()),
             ..EtcdOptions::default()
         })?;
@@ -243,13 +258,31 @@ pub(crate) fn write_mesh_config(
     Ok(config)
 }
 
-/// Starts the agent on `clusters`, asks `WaitSynced(IP_IDENTITIES)`; returns the time from
-/// the agent's start and its peak RSS in MiB.
+/// What one agent run to `IPIdentitiesSynced` measured.
+struct AgentRun {
+    /// From the agent's start to the answer of `WaitSynced`.
+    elapsed: Duration,
+    /// CPU time the agent used until then.
+    cpu: Duration,
+    /// Its peak RSS.
+    peak_rss_mib: u64,
+}
+
+/// CPU time all `servers` have used so far.
+fn etcd_cpu(servers: &[EtcdServer]) -> Duration {
+    servers
+        .iter()
+        .filter_map(EtcdServer::pid)
+        .map(cpu_time)
+        .sum()
+}
+
+/// Starts the agent on `clusters` and asks `WaitSynced(IP_IDENTITIES)`.
 async fn agent_sync(
     agent: &Path,
     servers: &[EtcdServer],
     clusters: &[Cluster],
-) -> anyhow::Result<(Duration, u64)> {
+) -> anyhow::Result<AgentRun> {
     let dir = tempfile::tempdir()?;
     let config = write_mesh_config(dir.path(), servers, clusters)?;
     let socket = dir.path().join("agent.sock");
@@ -300,102 +333,11 @@ async fn agent_sync(
     if response.breaker_fired {
         bail!("the circuit breaker fired: the agent did not sync");
     }
-    let rss = peak_rss_mib(Some(process.pid()));
+    let run = AgentRun {
+        elapsed,
+        cpu: cpu_time(process.pid()),
+        peak_rss_mib: peak_rss_mib(Some(process.pid())),
+    };
     process.stop(Duration::from_secs(10));
-    Ok((elapsed, rss))
-}
-
-/// Puts new ipcache entries into `server` at `rate` per second and times each until the
-/// in-process ipcache consumer sees it.
-async fn propagation(
-    server: &EtcdServer,
-    cluster: &Cluster,
-    rate: u32,
-    puts: u32,
-) -> anyhow::Result<(f64, f64)> {
-    let (tap_tx, mut tap_rx) = mpsc::unbounded_channel::<Arc<IpCacheEntry>>();
-    let barrier = SyncBarrierActor::new(SyncBarrier::new(Duration::from_secs(600))).start();
-    let state = RemoteStateActor::new(barrier.clone().recipient())
-        .with_ipcache_tap(tap_tx)
-        .start();
-    let sinks = Sinks {
-        barrier: barrier.clone().recipient(),
-        state: state.recipient(),
-        identities: IdentityCacheActor::default().start().recipient(),
-    };
-    let mesh = ClusterMesh::new(
-        MeshSettings::new("bench-local"),
-        200,
-        sinks,
-        KvstoreMetrics::default(),
-    )
-    .start();
-    let config = RemoteClusterConfig {
-        name: cluster.name.clone(),
-        etcd: EtcdConfig::new([server.endpoint()]),
-        hash: 0,
-    };
-    mesh.send(ClusterConfigEvent::Upsert {
-        name: cluster.name.clone(),
-        config,
-    })
-    .await?;
-    let wait = barrier.send(GetMeshWait(SyncKind::IpIdentities)).await?;
-    if wait.wait(None).await? != WaitOutcome::Synced {
-        bail!("the in-process mesh did not sync");
-    }
-    // The initial list's events are in the tap too; drain them before timing.
-    while tap_rx.try_recv().is_ok() {}
-
-    let backend = connect(server).await?;
-    let first = cluster.sizes.ipcache + 1000;
-    let receiver = tokio::spawn(async move {
-        let mut seen = HashMap::new();
-        while seen.len() < puts as usize {
-            match tokio::time::timeout(Duration::from_secs(30), tap_rx.recv()).await {
-                Ok(Some(entry)) => {
-                    seen.entry(entry.key_name()).or_insert_with(Instant::now);
-                }
-                _ => break,
-            }
-        }
-        seen
-    });
-    let interval = Duration::from_secs(1) / rate.max(1);
-    let started = Instant::now();
-    let mut sent = HashMap::new();
-    let mut inflight = Vec::new();
-    for n in 0..puts {
-        // Paced against the clock, not by sleeping a fixed step, so the rate holds on average.
-        let due = started + interval * n;
-        if let Some(wait) = due.checked_duration_since(Instant::now()) {
-            tokio::time::sleep(wait).await;
-        }
-        let (key, value) = cluster.ipcache(first + n);
-        let relative = key
-            .trim_start_matches(&format!("{}/", keys::IPCACHE_DEFAULT_PREFIX))
-            .to_owned();
-        sent.insert(relative, Instant::now());
-        let backend = backend.clone();
-        inflight.push(tokio::spawn(async move { backend.put(&key, value).await }));
-    }
-    for put in inflight {
-        put.await??;
-    }
-    let seen = receiver.await?;
-    if seen.len() < puts as usize {
-        bail!("only {} of {puts} puts reached the consumer", seen.len());
-    }
-    let mut latencies: Vec<f64> = sent
-        .iter()
-        .map(|(key, at)| {
-            seen.get(key)
-                .map_or(f64::MAX, |got| ms(got.saturating_duration_since(*at)))
-        })
-        .collect();
-    // The in-process mesh stops here, before its etcd does.
-    mesh.send(ShutdownMesh).await?;
-    latencies.sort_by(f64::total_cmp);
-    let pick = |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)];
-    Ok((pick(0.50), pick(0.99)))
+    Ok(run)
 }

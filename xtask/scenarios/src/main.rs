@@ -17,6 +17,7 @@ mod load;
 mod measure;
 mod mesh_stores;
 mod proof;
+mod propagation;
 
 use clap::{Parser, Subcommand};
 

@@ -3,6 +3,9 @@
 //!
 //! - `Reconfigure`: the config file changed — the same cluster object reconnects with the new
 //!   config; stores and latches are kept.
+//! - `Disconnect`: the config file became invalid — like Cilium, close the connection until
+//!   the file is fixed; stores, latches and the cluster ID are kept, so nothing is drained
+//!   and the fixed file reconnects to exactly the difference.
 //! - `Remove`: the config file is gone — stop, then drain everything the cluster contributed.
 //! - `Shutdown`: the agent stops — stop and drain nothing (the datapath keeps its state).
 
@@ -132,6 +135,30 @@ impl Handler<Reconfigure> for RemoteCluster {
         Box::pin(stopped.into_actor(self).map(move |(), actor, _| {
             actor.config = config;
             actor.start_runner();
+        }))
+    }
+}
+
+/// The cluster's config file became invalid: disconnect, keep everything it contributed.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct Disconnect {
+    /// Why, for the status.
+    pub error: String,
+}
+
+impl Handler<Disconnect> for RemoteCluster {
+    type Result = ResponseActFuture<Self, ()>;
+
+    fn handle(&mut self, Disconnect { error }: Disconnect, _: &mut Context<Self>) -> Self::Result {
+        tracing::warn!(cluster = %self.config.name, %error,
+            "cluster config file is invalid; disconnecting until it is fixed");
+        let stopped = self.stop_runner();
+        Box::pin(stopped.into_actor(self).map(move |(), actor, _| {
+            actor.state.send_modify(|s| {
+                s.connected = false;
+                s.last_error = Some(error);
+            });
         }))
     }
 }
