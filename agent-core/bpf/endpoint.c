@@ -19,7 +19,7 @@
 // Bits of the key after prefixlen that precede the IP: pad (16), cluster_id (8), family (8).
 #define IPCACHE_STATIC_PREFIX 32
 
-// Keep in step with agent-core/src/datapath/drop_reason.rs.
+// Keep in step with agent-core/src/datapath/drops.rs.
 #define DROP_UNKNOWN_DESTINATION 1
 #define DROP_POLICY_DENIED 2
 #define DROP_MALFORMED 3

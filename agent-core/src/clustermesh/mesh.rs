@@ -117,9 +117,7 @@ impl Handler<ClusterConfigEvent> for ClusterMesh {
                 // As in Cilium the connection closes until the file is fixed; what the cluster
                 // contributed stays (removing the file is what drains it).
                 if let Some(actor) = &entry.actor {
-                    actor.do_send(Disconnect {
-                        error: error.clone(),
-                    });
+                    actor.do_send(Disconnect);
                 }
                 entry.invalid = Some(error);
             }

@@ -190,41 +190,37 @@ impl WireGuard {
     /// Probes the device; a vanished one is recreated (with the fallback) and configured
     /// again from scratch.
     fn check_device(&mut self, ctx: &mut Context<Self>) {
-        let gone = match self.backend.get() {
+        match self.backend.get() {
             Ok(_) if self.device_up => return,
-            Ok(_) => true, // it came back empty (someone else recreated it)
+            // It came back empty (someone else recreated it): configure it below.
+            Ok(_) => {}
             Err(err) if err.is_gone() => {
                 self.device_up = false;
-                match &mut self.userspace {
-                    Some(userspace) => match userspace.ensure() {
-                        Ok(_) => true,
-                        Err(err) => {
-                            self.last_error = Some(err.to_string());
-                            return;
-                        }
-                    },
-                    None => return,
+                let Some(userspace) = &mut self.userspace else {
+                    return;
+                };
+                if let Err(err) = userspace.ensure() {
+                    self.last_error = Some(err.to_string());
+                    return;
                 }
             }
             Err(err) => {
                 self.last_error = Some(err.to_string());
                 return;
             }
-        };
-        if gone {
-            if let Err(err) = self.configure_device() {
-                self.last_error = Some(err.to_string());
-                return;
-            }
-            tracing::warn!(
-                device = self.backend.device(),
-                "WireGuard device was gone: configured again"
-            );
-            self.recreations += 1;
-            self.device_up = true;
-            self.table.device_reset();
-            self.flush(ctx);
         }
+        if let Err(err) = self.configure_device() {
+            self.last_error = Some(err.to_string());
+            return;
+        }
+        tracing::warn!(
+            device = self.backend.device(),
+            "WireGuard device was gone: configured again"
+        );
+        self.recreations += 1;
+        self.device_up = true;
+        self.table.device_reset();
+        self.flush(ctx);
     }
 
     fn status(&mut self) -> EncryptStatus {

@@ -15,7 +15,6 @@ use std::time::{Duration, SystemTime};
 
 use super::backend::{Backend, BackendError, DeviceState, DeviceUpdate, PeerState};
 use super::key::Key;
-use crate::types::IpPrefix;
 
 /// Where userspace implementations put their sockets (shared by all network namespaces).
 pub const SOCKET_DIR: &str = "/var/run/wireguard";
@@ -192,7 +191,7 @@ pub fn parse_get(lines: &[String]) -> Result<DeviceState, String> {
             continue;
         };
         match key {
-            "endpoint" => peer.endpoint = Some(parse_endpoint(value).ok_or_else(bad)?),
+            "endpoint" => peer.endpoint = Some(value.parse::<SocketAddr>().map_err(|_| bad())?),
             "allowed_ip" => peer.allowed_ips.push(value.parse().map_err(|_| bad())?),
             "rx_bytes" => peer.rx_bytes = value.parse().map_err(|_| bad())?,
             "tx_bytes" => peer.tx_bytes = value.parse().map_err(|_| bad())?,
@@ -207,15 +206,6 @@ pub fn parse_get(lines: &[String]) -> Result<DeviceState, String> {
         }
     }
     Ok(device)
-}
-
-fn parse_endpoint(value: &str) -> Option<SocketAddr> {
-    value.parse().ok()
-}
-
-/// Allowed IPs in the masked form devices report (`10.1.2.0/24`, not `10.1.2.3/24`).
-pub fn normalize(prefixes: impl IntoIterator<Item = IpPrefix>) -> Vec<IpPrefix> {
-    prefixes.into_iter().map(|p| p.masked()).collect()
 }
 
 #[cfg(test)]

@@ -60,12 +60,7 @@ impl Agent {
         let client = match &mut self.client {
             Some(client) => client,
             None => {
-                let endpoint = Endpoint::from_static("http://[::]:50051")
-                    .connect_timeout(CONNECT_TIMEOUT)
-                    .timeout(CALL_TIMEOUT);
-                let channel = connect_unix_with(endpoint, &self.socket)
-                    .await
-                    .map_err(|err| connect_error(&err))?;
+                let channel = self.channel().await?;
                 self.client.insert(AgentClient::new(channel))
             }
         };

@@ -7,13 +7,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::anyhow;
 use meshwork_proto::agent::v1::encrypt_client::EncryptClient;
 use meshwork_proto::agent::v1::{EncryptStatusRequest, EncryptStatusResponse};
-use meshwork_proto::connect_unix_with;
 use serde_json::{Value, json};
 use tonic::Code;
-use tonic::transport::Endpoint;
 
 use crate::cli::EncryptCommand;
-use crate::client::{CALL_TIMEOUT, CONNECT_TIMEOUT, call_error, connect_error};
+use crate::client::{Agent, call_error};
 
 /// Runs an `encrypt` subcommand.
 pub async fn run(socket: &Path, command: &EncryptCommand) -> anyhow::Result<ExitCode> {
@@ -28,12 +26,7 @@ pub async fn run(socket: &Path, command: &EncryptCommand) -> anyhow::Result<Exit
 }
 
 async fn fetch(socket: &Path) -> anyhow::Result<EncryptStatusResponse> {
-    let endpoint = Endpoint::from_static("http://[::]:50051")
-        .connect_timeout(CONNECT_TIMEOUT)
-        .timeout(CALL_TIMEOUT);
-    let channel = connect_unix_with(endpoint, socket)
-        .await
-        .map_err(|err| connect_error(&err))?;
+    let channel = Agent::new(socket).channel().await?;
     let reply = EncryptClient::new(channel)
         .status(EncryptStatusRequest {})
         .await

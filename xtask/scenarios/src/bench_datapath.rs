@@ -23,8 +23,9 @@ use meshwork_lab::process::LabProcess;
 use meshwork_proto::agent::v1 as pb;
 use meshwork_proto::agent::v1::datapath_client::DatapathClient;
 
-use crate::bench_sync::{raw_read, start_clusters, write_mesh_config};
+use crate::bench_sync::{raw_read, start_clusters};
 use crate::binaries;
+use crate::load::write_mesh_config;
 use crate::measure::{median, ms};
 
 const RATIO_GOAL: f64 = 0.90;

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use meshwork_agent_core::kvstore::{
-    EtcdBackend, EtcdConfig, WatchStore, WatchStoreOptions, etcd::DEFAULT_PAGE_SIZE, keys,
+    EtcdBackend, WatchStore, WatchStoreOptions, etcd::DEFAULT_PAGE_SIZE, keys,
 };
 use meshwork_agent_core::types::IpCacheDecoder;
 use meshwork_lab::etcd::{EtcdOptions, EtcdServer};
@@ -39,11 +39,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         data_in_memory: true,
         ..EtcdOptions::default()
     })?;
-    let backend = EtcdBackend::connect(
-        &EtcdConfig::new([server.endpoint()]),
-        Duration::from_secs(10),
-    )
-    .await?;
+    let backend = crate::load::connect(&server.endpoint()).await?;
     let cluster = Cluster {
         name: "bench".to_owned(),
         id: 1,

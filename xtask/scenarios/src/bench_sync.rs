@@ -12,7 +12,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use meshwork_agent_core::kvstore::{EtcdBackend, EtcdConfig, etcd::DEFAULT_PAGE_SIZE, keys};
+use meshwork_agent_core::kvstore::{etcd::DEFAULT_PAGE_SIZE, keys};
 use meshwork_lab::cilium::{Cluster, Sizes};
 use meshwork_lab::etcd::{EtcdOptions, EtcdServer};
 use meshwork_lab::process::LabProcess;
@@ -21,7 +21,7 @@ use meshwork_proto::agent::v1::{
 };
 
 use crate::measure::{cpu_time, median, ms, peak_rss_mib};
-use crate::{binaries, floor, propagation};
+use crate::{binaries, floor, load, propagation};
 
 const RATIO_GOAL: f64 = 1.30;
 const P99_GOAL_MS: f64 = 5.0;
@@ -81,12 +81,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         let raw = || async {
             let etcd_before = etcd_cpu(&servers);
             let elapsed = raw_read(&servers, &clusters).await?;
-            anyhow::Ok((elapsed, etcd_cpu(&servers) - etcd_before))
+            anyhow::Ok((elapsed, etcd_cpu(&servers).saturating_sub(etcd_before)))
         };
         let synced = || async {
             let etcd_before = etcd_cpu(&servers);
             let run = agent_sync(&agent_bin, &servers, &clusters).await?;
-            anyhow::Ok((run, etcd_cpu(&servers) - etcd_before))
+            anyhow::Ok((run, etcd_cpu(&servers).saturating_sub(etcd_before)))
         };
         let ((raw_time, raw_etcd), (run, agent_etcd)) = if round % 2 == 0 {
             let raw = raw().await?;
@@ -182,14 +182,8 @@ pub(crate) async fn start_clusters(
             name: Some(cluster.name.clone()),
             ..EtcdOptions::default()
         })?;
-        let backend = connect(&server).await?;
         let started = Instant::now();
-        let (key, value) = cluster.config();
-        backend.put(&key, value).await?;
-        let state = cluster.state();
-        let count = state.len();
-        backend.put_many(state, 5000).await?;
-        backend.put_many(cluster.canaries(), 100).await?;
+        let count = load::load(&load::connect(&server.endpoint()).await?, &cluster).await?;
         println!(
             "  loaded {} with {count} keys in {:.1} s",
             cluster.name,
@@ -201,14 +195,6 @@ pub(crate) async fn start_clusters(
     Ok((servers, clusters))
 }
 
-async fn connect(server: &EtcdServer) -> anyhow::Result<EtcdBackend> {
-    Ok(EtcdBackend::connect(
-        &EtcdConfig::new([server.endpoint()]),
-        Duration::from_secs(10),
-    )
-    .await?)
-}
-
 /// Every key the agent reads, read raw: all clusters and prefixes at once, pages in sequence.
 pub(crate) async fn raw_read(
     servers: &[EtcdServer],
@@ -216,7 +202,7 @@ pub(crate) async fn raw_read(
 ) -> anyhow::Result<Duration> {
     let mut reads = Vec::new();
     for (server, cluster) in servers.iter().zip(clusters) {
-        let backend = connect(server).await?;
+        let backend = load::connect(&server.endpoint()).await?;
         for prefix in [
             format!("{}/{}/", keys::NODES_PREFIX, cluster.name),
             format!("{}/{}/", keys::SERVICES_PREFIX, cluster.name),
@@ -239,23 +225,6 @@ pub(crate) async fn raw_read(
         task.await??;
     }
     Ok(started.elapsed())
-}
-
-/// Writes `<dir>/clustermesh` with one config file per cluster (its etcd endpoint).
-pub(crate) fn write_mesh_config(
-    dir: &Path,
-    servers: &[EtcdServer],
-    clusters: &[Cluster],
-) -> anyhow::Result<std::path::PathBuf> {
-    let config = dir.join("clustermesh");
-    std::fs::create_dir(&config)?;
-    for (server, cluster) in servers.iter().zip(clusters) {
-        std::fs::write(
-            config.join(&cluster.name),
-            format!("endpoints:\n- {}\n", server.endpoint()),
-        )?;
-    }
-    Ok(config)
 }
 
 /// What one agent run to `IPIdentitiesSynced` measured.
@@ -284,7 +253,7 @@ async fn agent_sync(
     clusters: &[Cluster],
 ) -> anyhow::Result<AgentRun> {
     let dir = tempfile::tempdir()?;
-    let config = write_mesh_config(dir.path(), servers, clusters)?;
+    let config = load::write_mesh_config(dir.path(), servers, clusters)?;
     let socket = dir.path().join("agent.sock");
     let mut command = Command::new(agent);
     command

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use meshwork_agent_core::kvstore::{EtcdBackend, EtcdConfig};
+use meshwork_agent_core::kvstore::EtcdBackend;
 use meshwork_lab::cilium::{Cluster, Sizes};
 use meshwork_lab::etcd::{EtcdOptions, EtcdServer};
 
@@ -130,8 +130,7 @@ async fn start_and_load(
             server.endpoint(),
             server.pid().unwrap_or(0)
         );
-        let config = EtcdConfig::new([server.endpoint()]);
-        let backend = EtcdBackend::connect(&config, Duration::from_secs(10))
+        let backend = load::connect(&server.endpoint())
             .await
             .with_context(|| format!("connecting to {}'s etcd", cluster.name))?;
         backends.push(backend);

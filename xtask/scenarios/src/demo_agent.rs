@@ -59,14 +59,7 @@ async fn run_in(
     timeout: Duration,
     dir: &Path,
 ) -> anyhow::Result<String> {
-    let config_dir = dir.join("clustermesh");
-    std::fs::create_dir(&config_dir)
-        .with_context(|| format!("creating {}", config_dir.display()))?;
-    for (cluster, server) in clusters.iter().zip(servers) {
-        let file = config_dir.join(&cluster.name);
-        std::fs::write(&file, format!("endpoints:\n- {}\n", server.endpoint()))
-            .with_context(|| format!("writing {}", file.display()))?;
-    }
+    let config_dir = crate::load::write_mesh_config(dir, servers, clusters)?;
     println!(
         "\nClustermesh config: {} (one file per cluster: endpoints)",
         config_dir.display()

@@ -26,7 +26,12 @@ pub fn peak_rss_mib(pid: Option<u32>) -> u64 {
 /// The median of `values` (sorts them).
 pub fn median(values: &mut [Duration]) -> Duration {
     values.sort_unstable();
-    values[values.len() / 2]
+    quantile(values, 0.5)
+}
+
+/// The `q` quantile (0..=1) of `sorted`, which must be sorted and not empty.
+pub fn quantile<T: Copy>(sorted: &[T], q: f64) -> T {
+    sorted[((sorted.len() as f64 * q) as usize).min(sorted.len() - 1)]
 }
 
 /// `d` in milliseconds.

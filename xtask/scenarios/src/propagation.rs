@@ -23,13 +23,14 @@ use meshwork_agent_core::clustermesh::remote_cluster::runner::MeshSettings;
 use meshwork_agent_core::clustermesh::remote_cluster::stores::Sinks;
 use meshwork_agent_core::clustermesh::remote_state::RemoteStateActor;
 use meshwork_agent_core::clustermesh::{SyncKind, WaitOutcome};
-use meshwork_agent_core::kvstore::{EtcdBackend, EtcdConfig, KvstoreMetrics, WatchEvent, keys};
+use meshwork_agent_core::kvstore::{EtcdConfig, KvstoreMetrics, WatchEvent, keys};
 use meshwork_agent_core::types::IpCacheEntry;
 use meshwork_lab::cilium::Cluster;
 use meshwork_lab::etcd::EtcdServer;
 use tokio::sync::mpsc;
 
-use crate::measure::ms;
+use crate::load::connect;
+use crate::measure::{ms, quantile};
 
 /// How long the receivers wait for the last put before giving up.
 const RECEIVE_DEADLINE: Duration = Duration::from_secs(60);
@@ -46,10 +47,9 @@ pub struct Percentiles {
 impl Percentiles {
     fn of(mut values: Vec<f64>) -> Self {
         values.sort_by(f64::total_cmp);
-        let pick = |q: f64| values[((values.len() as f64 * q) as usize).min(values.len() - 1)];
         Self {
-            p50: pick(0.50),
-            p99: pick(0.99),
+            p50: quantile(&values, 0.50),
+            p99: quantile(&values, 0.99),
         }
     }
 }
@@ -156,10 +156,6 @@ pub async fn measure(
         raw_watch: Percentiles::of(sent.iter().map(|s| after(&watched, s)).collect()),
         ack: Percentiles::of(sent.iter().map(|s| ms(s.acked_after)).collect()),
     })
-}
-
-async fn connect(endpoint: &str) -> anyhow::Result<EtcdBackend> {
-    Ok(EtcdBackend::connect(&EtcdConfig::new([endpoint]), Duration::from_secs(10)).await?)
 }
 
 /// Runs `work` on a new thread with its own single-threaded runtime.

@@ -8,6 +8,9 @@
 //!   and the fixed file reconnects to exactly the difference.
 //! - `Remove`: the config file is gone — stop, then drain everything the cluster contributed.
 //! - `Shutdown`: the agent stops — stop and drain nothing (the datapath keeps its state).
+//!
+//! These four handlers are atomic: each finishes stopping the runner before the next message
+//! is handled, so quick changes apply in order and never leave a runner behind.
 
 pub mod prefixes;
 pub mod runner;
@@ -16,8 +19,8 @@ pub mod stores;
 use std::sync::{Arc, Mutex};
 
 use actix::{
-    Actor, ActorContext, ActorFutureExt, Context, Handler, Message, MessageResult, Recipient,
-    ResponseActFuture, WrapFuture,
+    Actor, ActorContext, ActorFutureExt, AtomicResponse, Context, Handler, Message, MessageResult,
+    Recipient, WrapFuture,
 };
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -127,39 +130,33 @@ impl Actor for RemoteCluster {
 pub struct Reconfigure(pub RemoteClusterConfig);
 
 impl Handler<Reconfigure> for RemoteCluster {
-    type Result = ResponseActFuture<Self, ()>;
+    type Result = AtomicResponse<Self, ()>;
 
     fn handle(&mut self, Reconfigure(config): Reconfigure, _: &mut Context<Self>) -> Self::Result {
         tracing::info!(cluster = %config.name, "cluster config changed; reconnecting");
         let stopped = self.stop_runner();
-        Box::pin(stopped.into_actor(self).map(move |(), actor, _| {
-            actor.config = config;
-            actor.start_runner();
-        }))
+        AtomicResponse::new(Box::pin(stopped.into_actor(self).map(
+            move |(), actor, _| {
+                actor.config = config;
+                actor.start_runner();
+            },
+        )))
     }
 }
 
 /// The cluster's config file became invalid: disconnect, keep everything it contributed.
-#[derive(Debug, Clone, Message)]
+/// (The runner marks itself disconnected as it ends; the mesh reports the file's error.)
+#[derive(Debug, Clone, Copy, Message)]
 #[rtype(result = "()")]
-pub struct Disconnect {
-    /// Why, for the status.
-    pub error: String,
-}
+pub struct Disconnect;
 
 impl Handler<Disconnect> for RemoteCluster {
-    type Result = ResponseActFuture<Self, ()>;
+    type Result = AtomicResponse<Self, ()>;
 
-    fn handle(&mut self, Disconnect { error }: Disconnect, _: &mut Context<Self>) -> Self::Result {
-        tracing::warn!(cluster = %self.config.name, %error,
+    fn handle(&mut self, _: Disconnect, _: &mut Context<Self>) -> Self::Result {
+        tracing::warn!(cluster = %self.config.name,
             "cluster config file is invalid; disconnecting until it is fixed");
-        let stopped = self.stop_runner();
-        Box::pin(stopped.into_actor(self).map(move |(), actor, _| {
-            actor.state.send_modify(|s| {
-                s.connected = false;
-                s.last_error = Some(error);
-            });
-        }))
+        AtomicResponse::new(Box::pin(self.stop_runner().into_actor(self)))
     }
 }
 
@@ -169,7 +166,7 @@ impl Handler<Disconnect> for RemoteCluster {
 pub struct Remove;
 
 impl Handler<Remove> for RemoteCluster {
-    type Result = ResponseActFuture<Self, ()>;
+    type Result = AtomicResponse<Self, ()>;
 
     fn handle(&mut self, _: Remove, _: &mut Context<Self>) -> Self::Result {
         tracing::info!(cluster = %self.config.name, "remote cluster removed; draining what it contributed");
@@ -179,7 +176,7 @@ impl Handler<Remove> for RemoteCluster {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take();
-        Box::pin(
+        AtomicResponse::new(Box::pin(
             async move {
                 stopped.await;
                 if let Some(stores) = stores {
@@ -188,7 +185,7 @@ impl Handler<Remove> for RemoteCluster {
             }
             .into_actor(self)
             .map(|(), _, ctx| ctx.stop()),
-        )
+        ))
     }
 }
 
@@ -198,11 +195,13 @@ impl Handler<Remove> for RemoteCluster {
 pub struct Shutdown;
 
 impl Handler<Shutdown> for RemoteCluster {
-    type Result = ResponseActFuture<Self, ()>;
+    type Result = AtomicResponse<Self, ()>;
 
     fn handle(&mut self, _: Shutdown, _: &mut Context<Self>) -> Self::Result {
         let stopped = self.stop_runner();
-        Box::pin(stopped.into_actor(self).map(|(), _, ctx| ctx.stop()))
+        AtomicResponse::new(Box::pin(
+            stopped.into_actor(self).map(|(), _, ctx| ctx.stop()),
+        ))
     }
 }
 

@@ -40,10 +40,7 @@ impl ProofAgent {
         let dir = dir.join(cluster);
         let config = dir.join("clustermesh");
         std::fs::create_dir_all(&config)?;
-        std::fs::write(
-            config.join(remote),
-            format!("endpoints:\n- {remote_endpoint}\n"),
-        )?;
+        crate::load::write_cluster_config(&config, remote, remote_endpoint)?;
         Ok(Self {
             cluster: cluster.to_owned(),
             cluster_id,

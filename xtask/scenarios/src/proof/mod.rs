@@ -13,7 +13,7 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
-use meshwork_agent_core::kvstore::{EtcdBackend, EtcdConfig};
+use meshwork_agent_core::kvstore::EtcdBackend;
 use meshwork_lab::cilium::{Cluster, Sizes};
 use meshwork_lab::etcd::EtcdServer;
 use meshwork_proto::agent::v1 as pb;
@@ -234,8 +234,7 @@ async fn seed(
     pod: &str,
     node: &str,
 ) -> anyhow::Result<EtcdBackend> {
-    let kv =
-        EtcdBackend::connect(&EtcdConfig::new([etcd.endpoint()]), Duration::from_secs(10)).await?;
+    let kv = crate::load::connect(&etcd.endpoint()).await?;
     let value = json!({
         "IP": pod, "Mask": null, "HostIP": node, "ID": cluster.identity(0), "Key": 0,
         "Metadata": "", "K8sNamespace": "default", "K8sPodName": format!("pod-{}", cluster.name),
