@@ -59,7 +59,11 @@ impl RemoteState {
                 change,
                 ..
             } => {
-                let count = self.ipcache.entry(Arc::clone(cluster)).or_default();
+                // Looked up by name first: no reference-count traffic per entry.
+                let count = match self.ipcache.get_mut(&**cluster) {
+                    Some(count) => count,
+                    None => self.ipcache.entry(Arc::clone(cluster)).or_default(),
+                };
                 match change {
                     Change::Upsert(_) if *created => *count += 1,
                     Change::Upsert(_) => {}

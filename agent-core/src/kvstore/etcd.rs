@@ -276,7 +276,12 @@ impl EtcdBackend {
         let end = prefix_range_end(prefix.as_bytes());
         let mut limit = limit.max(1);
         loop {
-            let mut options = GetOptions::new().with_range(end.clone()).with_limit(limit);
+            // Serializable, as Cilium's paginated list: later pages read at the first page's
+            // revision, so a quorum round per page would buy nothing.
+            let mut options = GetOptions::new()
+                .with_range(end.clone())
+                .with_limit(limit)
+                .with_serializable();
             if revision > 0 {
                 options = options.with_revision(revision);
             }

@@ -9,6 +9,7 @@ use std::net::IpAddr;
 
 use super::go_json::{GoIp, GoMask, NullIfEmpty, OmitEmpty, Plain, go_struct};
 use super::ipcache::{IpCacheDecoder, IpIdentityPair, NamedPort};
+use super::ipcache_scan::{self, ScannedPair};
 use super::net::{IpMask, IpPrefix};
 use crate::kvstore::{DecodeError, Decoder};
 
@@ -50,26 +51,28 @@ impl IpCacheEntry {
 
     /// The compact form of a validated pair (`None` when it has no valid prefix).
     pub fn from_pair(pair: IpIdentityPair) -> Option<Self> {
-        let prefix = pair.prefix()?;
-        let pod = (!pair.k8s_namespace.is_empty() || !pair.k8s_pod_name.is_empty()).then(|| {
-            // Grown in place from the namespace: no formatting machinery per entry.
-            let mut pod = pair.k8s_namespace;
-            pod.reserve_exact(1 + pair.k8s_pod_name.len());
-            pod.push('/');
-            pod.push_str(&pair.k8s_pod_name);
-            pod.into_boxed_str()
-        });
-        let named_ports =
-            (!pair.named_ports.is_empty()).then(|| pair.named_ports.into_boxed_slice());
         Some(Self {
-            prefix,
+            prefix: pair.prefix()?,
             host_ip: pair.host_ip,
             identity: pair.id,
             encrypt_key: pair.key,
-            pod,
-            named_ports,
+            pod: pod_name(&pair.k8s_namespace, &pair.k8s_pod_name),
+            named_ports: (!pair.named_ports.is_empty())
+                .then(|| pair.named_ports.into_boxed_slice()),
         })
     }
+}
+
+/// `namespace/name` in one exact-size allocation; `None` when both are empty.
+fn pod_name(namespace: &str, name: &str) -> Option<Box<str>> {
+    if namespace.is_empty() && name.is_empty() {
+        return None;
+    }
+    let mut pod = String::with_capacity(namespace.len() + 1 + name.len());
+    pod.push_str(namespace);
+    pod.push('/');
+    pod.push_str(name);
+    Some(pod.into_boxed_str())
 }
 
 go_struct! {
@@ -90,25 +93,60 @@ go_struct! {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IpCacheEntryDecoder(pub IpCacheDecoder);
 
-impl Decoder for IpCacheEntryDecoder {
-    type Value = IpCacheEntry;
-
-    fn decode(&self, key: &str, value: &[u8]) -> Result<IpCacheEntry, DecodeError> {
-        let wire = IpCacheWire::from_json(value)?;
+impl IpCacheEntryDecoder {
+    /// Validates the fields of a value found under `key` and builds the entry.
+    fn entry(
+        &self,
+        key: &str,
+        fields: ScannedPair<'_>,
+        named_ports: Vec<NamedPort>,
+    ) -> Result<IpCacheEntry, DecodeError> {
+        // Only the IP, the mask and the ID are validated: no strings are copied for it.
         let pair = IpIdentityPair {
+            ip: fields.ip,
+            mask: fields.mask,
+            id: fields.id,
+            ..IpIdentityPair::default()
+        };
+        self.0.validate(key, &pair)?;
+        let prefix = pair
+            .prefix()
+            .ok_or_else(|| DecodeError::Invalid(format!("ipcache entry {key}: no valid prefix")))?;
+        Ok(IpCacheEntry {
+            prefix,
+            host_ip: fields.host_ip,
+            identity: fields.id,
+            encrypt_key: fields.key,
+            pod: pod_name(fields.namespace, fields.pod_name),
+            named_ports: (!named_ports.is_empty()).then(|| named_ports.into_boxed_slice()),
+        })
+    }
+
+    /// Decodes with the full Go-compatible reader only.
+    fn decode_full(&self, key: &str, value: &[u8]) -> Result<IpCacheEntry, DecodeError> {
+        let wire = IpCacheWire::from_json(value)?;
+        let fields = ScannedPair {
             ip: wire.ip,
             mask: wire.mask,
             host_ip: wire.host_ip,
             id: wire.id,
             key: wire.key,
-            k8s_namespace: wire.k8s_namespace,
-            k8s_pod_name: wire.k8s_pod_name,
-            named_ports: wire.named_ports,
-            ..IpIdentityPair::default()
+            namespace: &wire.k8s_namespace,
+            pod_name: &wire.k8s_pod_name,
         };
-        self.0.validate(key, &pair)?;
-        IpCacheEntry::from_pair(pair)
-            .ok_or_else(|| DecodeError::Invalid(format!("ipcache entry {key}: no valid prefix")))
+        self.entry(key, fields, wire.named_ports)
+    }
+}
+
+impl Decoder for IpCacheEntryDecoder {
+    type Value = IpCacheEntry;
+
+    fn decode(&self, key: &str, value: &[u8]) -> Result<IpCacheEntry, DecodeError> {
+        // Most values are in the plain form Cilium writes; the rest take the full reader.
+        match ipcache_scan::scan(value) {
+            Some(fields) => self.entry(key, fields, Vec::new()),
+            None => self.decode_full(key, value),
+        }
     }
 }
 
@@ -146,3 +184,8 @@ mod tests {
         );
     }
 }
+
+/// The plain-form shortcut checked against the full reader.
+#[cfg(test)]
+#[path = "ipcache_shortcut_tests.rs"]
+mod shortcut_tests;

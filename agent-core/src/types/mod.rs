@@ -20,6 +20,7 @@ pub mod go_json;
 mod identity;
 mod ipcache;
 mod ipcache_entry;
+mod ipcache_scan;
 mod labels;
 mod net;
 mod node;
