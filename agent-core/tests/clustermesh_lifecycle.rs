@@ -77,25 +77,22 @@ fn ipcache_key(full: &str) -> &str {
         .unwrap_or_else(|| panic!("{full} is not an ipcache key"))
 }
 
-/// One event as text: `node-`, `svc+`, `ip+` … followed by the cluster and the entry.
-fn describe(event: &RemoteEvent) -> String {
+/// One event of `cluster` as text: `node-`, `svc+`, `ip+` … followed by the cluster and the
+/// entry.
+fn describe(cluster: &str, event: &RemoteEvent) -> String {
     let sign = |upsert: bool| if upsert { '+' } else { '-' };
     match event {
-        RemoteEvent::Node { cluster, change } => match change {
+        RemoteEvent::Node { change } => match change {
             Change::Upsert(n) => format!("node{} {cluster} {}", sign(true), n.name),
             Change::Delete(n) => format!("node{} {cluster} {}", sign(false), n.name),
         },
-        RemoteEvent::Service {
-            cluster, change, ..
-        } => match change {
+        RemoteEvent::Service { change, .. } => match change {
             Change::Upsert(s) => format!("svc{} {cluster} {}/{}", sign(true), s.namespace, s.name),
             Change::Delete(s) => {
                 format!("svc{} {cluster} {}/{}", sign(false), s.namespace, s.name)
             }
         },
-        RemoteEvent::IpCache {
-            cluster, change, ..
-        } => {
+        RemoteEvent::IpCache { change, .. } => {
             let (Change::Upsert(entry) | Change::Delete(entry)) = change;
             format!(
                 "ip{} {cluster} {}",
@@ -123,7 +120,7 @@ impl Handler<RemoteEvents> for Tap {
         self.seen
             .lock()
             .unwrap()
-            .extend(events.0.iter().map(describe));
+            .extend(events.events.iter().map(|e| describe(&events.cluster, e)));
         self.to.do_send(events);
     }
 }

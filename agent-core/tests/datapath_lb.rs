@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use actix::{Actor, Context, Handler};
 use meshwork_agent_core::clustermesh::barrier_actor::BarrierUpdate;
-use meshwork_agent_core::clustermesh::events::{Change, RemoteEvent};
+use meshwork_agent_core::clustermesh::events::{Change, RemoteEvent, RemoteEvents};
 use meshwork_agent_core::datapath::lb_writer::LbWriter;
 use meshwork_agent_core::datapath::maps::PinDir;
 use meshwork_agent_core::types::{
@@ -70,9 +70,16 @@ fn node(name: &str, ip: &str, cidr: &str) -> Arc<Node> {
     })
 }
 
+/// A batch of cluster `b`.
+fn from_b(events: Vec<RemoteEvent>) -> RemoteEvents {
+    RemoteEvents {
+        cluster: Arc::from("b"),
+        events,
+    }
+}
+
 fn svc_event(seq: u64, s: Arc<ClusterService>) -> RemoteEvent {
     RemoteEvent::Service {
-        cluster: Arc::from("b"),
         seq,
         change: Change::Upsert(s),
     }
@@ -80,7 +87,6 @@ fn svc_event(seq: u64, s: Arc<ClusterService>) -> RemoteEvent {
 
 fn node_event(n: Arc<Node>) -> RemoteEvent {
     RemoteEvent::Node {
-        cluster: Arc::from("b"),
         change: Change::Upsert(n),
     }
 }
@@ -110,11 +116,11 @@ async fn services_are_acked_after_programming_and_restored_state_waits_for_sync(
     let recipient = acks.clone().start().recipient();
 
     let mut lb = LbWriter::open(&pins, recipient.clone()).unwrap();
-    lb.apply(&[
+    lb.apply(&from_b(vec![
         svc_event(1, service(&["10.214.2.10", "10.214.2.11"])),
         node_event(node("b-1", "10.213.0.2", "10.214.2.0")),
         node_event(node("b-2", "10.213.0.3", "10.214.3.0")),
-    ]);
+    ]));
     assert_eq!(
         count(&pins, "cilium_lb4_services_v2"),
         3,
@@ -126,10 +132,10 @@ async fn services_are_acked_after_programming_and_restored_state_waits_for_sync(
 
     // A restarted agent: only one backend and one node are known again so far.
     let mut lb = LbWriter::open(&pins, recipient).unwrap();
-    lb.apply(&[
+    lb.apply(&from_b(vec![
         svc_event(1, service(&["10.214.2.10"])),
         node_event(node("b-1", "10.213.0.2", "10.214.2.0")),
-    ]);
+    ]));
     assert_eq!(
         count(&pins, "cilium_lb4_backends_v3"),
         2,

@@ -24,20 +24,16 @@ pub enum Change<V> {
     Delete(Arc<V>),
 }
 
-/// A change a remote cluster contributed.
+/// A change a remote cluster contributed (the cluster is the batch's, [`RemoteEvents`]).
 #[derive(Debug, Clone)]
 pub enum RemoteEvent {
     /// A remote node.
     Node {
-        /// The remote cluster.
-        cluster: Arc<str>,
         /// The change.
         change: Change<Node>,
     },
     /// A remote global (shared) service.
     Service {
-        /// The remote cluster.
-        cluster: Arc<str>,
         /// Position in the cluster's service event stream; the consumer acknowledges it.
         seq: u64,
         /// The change.
@@ -45,8 +41,6 @@ pub enum RemoteEvent {
     },
     /// A remote ipcache entry (its key is [`IpCacheEntry::key_name`]).
     IpCache {
-        /// The remote cluster.
-        cluster: Arc<str>,
         /// An upsert of a key the cluster did not have before.
         created: bool,
         /// The change.
@@ -54,30 +48,47 @@ pub enum RemoteEvent {
     },
 }
 
-/// Remote events in the order they happened.
-#[derive(Debug, Clone, Message)]
+/// One remote cluster's events, in the order they happened. The cluster is named once per
+/// batch, not per event: a store hands over thousands of entries per list page.
+#[derive(Debug, Clone, Default, Message)]
 #[rtype(result = "()")]
-pub struct RemoteEvents(pub Vec<RemoteEvent>);
+pub struct RemoteEvents {
+    /// The remote cluster every event comes from.
+    pub cluster: Arc<str>,
+    /// The events.
+    pub events: Vec<RemoteEvent>,
+}
 
-/// Identity events in the order they happened.
+/// One remote cluster's identity events, in the order they happened.
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "()")]
-pub struct IdentityEvents(pub Vec<IdentityEvent>);
+pub struct IdentityEvents {
+    /// The remote cluster every event is about.
+    pub cluster: Arc<str>,
+    /// The events.
+    pub events: Vec<IdentityEvent>,
+}
+
+impl IdentityEvents {
+    /// A batch of one event.
+    pub fn one(cluster: Arc<str>, event: IdentityEvent) -> Self {
+        Self {
+            cluster,
+            events: vec![event],
+        }
+    }
+}
 
 /// A change of a remote cluster's identities, per connection (`generation`).
 #[derive(Debug, Clone)]
 pub enum IdentityEvent {
     /// A connection starts filling a fresh cache.
     Start {
-        /// The remote cluster.
-        cluster: Arc<str>,
         /// The connection.
         generation: u64,
     },
     /// An identity of that connection.
     Change {
-        /// The remote cluster.
-        cluster: Arc<str>,
         /// The connection.
         generation: u64,
         /// The change.
@@ -85,23 +96,16 @@ pub enum IdentityEvent {
     },
     /// The connection's first list is done: its cache replaces the registered one.
     ListDone {
-        /// The remote cluster.
-        cluster: Arc<str>,
         /// The connection.
         generation: u64,
     },
     /// The connection ended.
     Stop {
-        /// The remote cluster.
-        cluster: Arc<str>,
         /// The connection.
         generation: u64,
     },
     /// The cluster was removed: delete all it contributed.
-    RemoveCluster {
-        /// The remote cluster.
-        cluster: Arc<str>,
-    },
+    RemoveCluster,
 }
 
 /// Buffers events until the store ends a batch.
@@ -125,14 +129,6 @@ impl<E> Batch<E> {
     }
 }
 
-/// Replaces `cluster` by a fresh copy once a batch that cloned it was handed over. Every
-/// event carries the name; if a store kept cloning one shared `Arc` while the consumer, on
-/// another thread, drops the clones, each clone and drop fights over one cache line (a
-/// profile of a large list showed it). A copy per batch keeps the counts apart.
-fn renew(cluster: &mut Arc<str>) {
-    *cluster = Arc::from(&**cluster);
-}
-
 /// Forwards node changes.
 pub struct NodeForwarder {
     /// The remote cluster.
@@ -154,10 +150,7 @@ impl NodeForwarder {
     }
 
     fn push(&mut self, change: Change<Node>) {
-        self.batch.push(RemoteEvent::Node {
-            cluster: Arc::clone(&self.cluster),
-            change,
-        });
+        self.batch.push(RemoteEvent::Node { change });
     }
 }
 
@@ -172,8 +165,10 @@ impl Observer<Node> for NodeForwarder {
 
     fn flush(&mut self) {
         if let Some(events) = self.batch.take() {
-            self.to.do_send(RemoteEvents(events));
-            renew(&mut self.cluster);
+            self.to.do_send(RemoteEvents {
+                cluster: Arc::clone(&self.cluster),
+                events,
+            });
         }
     }
 }
@@ -207,11 +202,7 @@ impl ServiceForwarder {
 
     fn push(&mut self, change: Change<ClusterService>) {
         let seq = self.last_seq.fetch_add(1, Ordering::AcqRel) + 1;
-        self.batch.push(RemoteEvent::Service {
-            cluster: Arc::clone(&self.cluster),
-            seq,
-            change,
-        });
+        self.batch.push(RemoteEvent::Service { seq, change });
     }
 }
 
@@ -233,8 +224,10 @@ impl Observer<ClusterService> for ServiceForwarder {
 
     fn flush(&mut self) {
         if let Some(events) = self.batch.take() {
-            self.to.do_send(RemoteEvents(events));
-            renew(&mut self.cluster);
+            self.to.do_send(RemoteEvents {
+                cluster: Arc::clone(&self.cluster),
+                events,
+            });
         }
     }
 }
@@ -260,11 +253,7 @@ impl IpCacheForwarder {
     }
 
     fn push(&mut self, created: bool, change: Change<IpCacheEntry>) {
-        self.batch.push(RemoteEvent::IpCache {
-            cluster: Arc::clone(&self.cluster),
-            created,
-            change,
-        });
+        self.batch.push(RemoteEvent::IpCache { created, change });
     }
 }
 
@@ -283,8 +272,10 @@ impl Observer<IpCacheEntry> for IpCacheForwarder {
 
     fn flush(&mut self) {
         if let Some(events) = self.batch.take() {
-            self.to.do_send(RemoteEvents(events));
-            renew(&mut self.cluster);
+            self.to.do_send(RemoteEvents {
+                cluster: Arc::clone(&self.cluster),
+                events,
+            });
         }
     }
 }
@@ -314,7 +305,6 @@ impl IdentityForwarder {
 
     fn push(&mut self, change: Change<Identity>) {
         self.batch.push(IdentityEvent::Change {
-            cluster: Arc::clone(&self.cluster),
             generation: self.generation,
             change,
         });
@@ -332,8 +322,10 @@ impl Observer<Identity> for IdentityForwarder {
 
     fn flush(&mut self) {
         if let Some(events) = self.batch.take() {
-            self.to.do_send(IdentityEvents(events));
-            renew(&mut self.cluster);
+            self.to.do_send(IdentityEvents {
+                cluster: Arc::clone(&self.cluster),
+                events,
+            });
         }
     }
 }

@@ -19,40 +19,29 @@ impl Actor for IdentityCacheActor {
 impl Handler<IdentityEvents> for IdentityCacheActor {
     type Result = ();
 
-    fn handle(&mut self, IdentityEvents(events): IdentityEvents, _: &mut Context<Self>) {
-        for event in events {
-            self.apply(event);
+    fn handle(&mut self, batch: IdentityEvents, _: &mut Context<Self>) {
+        for event in batch.events {
+            self.apply(&batch.cluster, event);
         }
     }
 }
 
 impl IdentityCacheActor {
-    fn apply(&mut self, event: IdentityEvent) {
+    fn apply(&mut self, cluster: &str, event: IdentityEvent) {
         let ids = &mut self.identities;
         let changes: Vec<IdentityChange> = match event {
-            IdentityEvent::Start {
-                cluster,
-                generation,
-            } => ids.start(&cluster, generation),
+            IdentityEvent::Start { generation } => ids.start(cluster, generation),
             IdentityEvent::Change {
-                cluster,
                 generation,
                 change: Change::Upsert(identity),
-            } => ids.upsert(&cluster, generation, identity),
+            } => ids.upsert(cluster, generation, identity),
             IdentityEvent::Change {
-                cluster,
                 generation,
                 change: Change::Delete(identity),
-            } => ids.delete(&cluster, generation, identity.id),
-            IdentityEvent::ListDone {
-                cluster,
-                generation,
-            } => ids.list_done(&cluster, generation),
-            IdentityEvent::Stop {
-                cluster,
-                generation,
-            } => ids.stop(&cluster, generation),
-            IdentityEvent::RemoveCluster { cluster } => ids.remove_cluster(&cluster),
+            } => ids.delete(cluster, generation, identity.id),
+            IdentityEvent::ListDone { generation } => ids.list_done(cluster, generation),
+            IdentityEvent::Stop { generation } => ids.stop(cluster, generation),
+            IdentityEvent::RemoveCluster => ids.remove_cluster(cluster),
         };
         // Policy consumes these once it exists; count them meanwhile.
         self.changes += changes.len() as u64;

@@ -34,36 +34,25 @@ pub struct RemoteState {
 }
 
 impl RemoteState {
-    /// Applies one event.
-    pub fn apply(&mut self, event: &RemoteEvent) {
+    /// Applies one event of `cluster`.
+    pub fn apply(&mut self, cluster: &Arc<str>, event: &RemoteEvent) {
         match event {
-            RemoteEvent::Node { cluster, change } => {
+            RemoteEvent::Node { change } => {
                 apply(
                     &mut self.nodes,
                     (Arc::clone(cluster), node_key(change)),
                     change,
                 );
             }
-            RemoteEvent::Service {
-                cluster, change, ..
-            } => {
+            RemoteEvent::Service { change, .. } => {
                 apply(
                     &mut self.services,
                     (Arc::clone(cluster), service_key(change)),
                     change,
                 );
             }
-            RemoteEvent::IpCache {
-                cluster,
-                created,
-                change,
-                ..
-            } => {
-                // Looked up by name first: no reference-count traffic per entry.
-                let count = match self.ipcache.get_mut(&**cluster) {
-                    Some(count) => count,
-                    None => self.ipcache.entry(Arc::clone(cluster)).or_default(),
-                };
+            RemoteEvent::IpCache { created, change } => {
+                let count = self.ipcache.entry(Arc::clone(cluster)).or_default();
                 match change {
                     Change::Upsert(_) if *created => *count += 1,
                     Change::Upsert(_) => {}
@@ -162,24 +151,24 @@ impl Actor for RemoteStateActor {
 impl Handler<RemoteEvents> for RemoteStateActor {
     type Result = ();
 
-    fn handle(&mut self, RemoteEvents(events): RemoteEvents, _: &mut Context<Self>) {
-        for event in &events {
-            self.apply(event);
+    fn handle(&mut self, batch: RemoteEvents, _: &mut Context<Self>) {
+        for event in &batch.events {
+            self.apply(&batch.cluster, event);
         }
         if let Some((last, rest)) = self.subscribers.split_last() {
             for subscriber in rest {
-                subscriber.do_send(RemoteEvents(events.clone()));
+                subscriber.do_send(batch.clone());
             }
-            last.do_send(RemoteEvents(events));
+            last.do_send(batch);
         }
     }
 }
 
 impl RemoteStateActor {
-    fn apply(&mut self, event: &RemoteEvent) {
-        self.state.apply(event);
+    fn apply(&mut self, cluster: &Arc<str>, event: &RemoteEvent) {
+        self.state.apply(cluster, event);
         match event {
-            RemoteEvent::Service { cluster, seq, .. } if self.ack_services => {
+            RemoteEvent::Service { seq, .. } if self.ack_services => {
                 self.barrier.do_send(BarrierUpdate::ServicesProgrammed {
                     cluster: cluster.to_string(),
                     seq: *seq,
@@ -227,7 +216,7 @@ impl Handler<Settle> for RemoteStateActor {
         Box::pin(async move {
             // Mailboxes are FIFO: an empty batch is handled after every earlier one.
             for subscriber in subscribers {
-                let _ = subscriber.send(RemoteEvents(Vec::new())).await;
+                let _ = subscriber.send(RemoteEvents::default()).await;
             }
         })
     }

@@ -40,6 +40,9 @@ pub struct WriterStats {
 pub struct IpCacheWriter {
     local_node: Option<IpAddr>,
     desired: HashMap<IpCacheKey, (Owner, RemoteEndpointInfo)>,
+    /// Keys each local endpoint has set (a superset: a key another owner took since is
+    /// skipped on removal), so replacing an endpoint does not walk every remote entry.
+    endpoint_keys: HashMap<u64, Vec<IpCacheKey>>,
     pending: HashMap<IpCacheKey, Option<RemoteEndpointInfo>>,
     batch_supported: bool,
     stats: WriterStats,
@@ -51,6 +54,7 @@ impl IpCacheWriter {
         Self {
             local_node,
             desired: HashMap::new(),
+            endpoint_keys: HashMap::new(),
             pending: HashMap::new(),
             batch_supported: true,
             stats: WriterStats::default(),
@@ -111,6 +115,12 @@ impl IpCacheWriter {
             .get(&key)
             .is_some_and(|(o, v)| *o == owner && *v == value);
         if !unchanged {
+            if let Owner::Endpoint(id) = owner {
+                let keys = self.endpoint_keys.entry(id).or_default();
+                if !keys.contains(&key) {
+                    keys.push(key);
+                }
+            }
             self.desired.insert(key, (owner, value));
             self.pending.insert(key, Some(value));
         }
@@ -134,14 +144,18 @@ impl IpCacheWriter {
         }
     }
 
-    /// Deletes everything `owner` contributed (a removed cluster, a deleted endpoint).
+    /// Deletes everything `owner` contributed (a removed cluster, a deleted endpoint). An
+    /// endpoint's keys come from its index; a cluster (removed rarely) takes a walk.
     pub fn remove_owner(&mut self, owner: &Owner) {
-        let keys: Vec<_> = self
-            .desired
-            .iter()
-            .filter(|(_, (o, _))| o == owner)
-            .map(|(k, _)| *k)
-            .collect();
+        let keys: Vec<_> = match owner {
+            Owner::Endpoint(id) => self.endpoint_keys.remove(id).unwrap_or_default(),
+            Owner::Cluster(_) => self
+                .desired
+                .iter()
+                .filter(|(_, (o, _))| o == owner)
+                .map(|(k, _)| *k)
+                .collect(),
+        };
         for key in keys {
             self.remove_key(owner, key);
         }
@@ -249,4 +263,40 @@ pub enum FlushError {
     /// A write failed.
     #[error("writing the ipcache map: {0}")]
     Write(std::io::Error),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(ip: &str) -> IpCacheKey {
+        IpCacheKey::new(ip.parse().unwrap(), 32, 0).unwrap()
+    }
+
+    #[test]
+    fn replacing_an_endpoint_removes_only_what_it_still_owns() {
+        let mut writer = IpCacheWriter::new(None);
+        let cluster = Owner::Cluster(Arc::from("b"));
+        for i in 0..100 {
+            let k = key(&format!("10.214.0.{i}"));
+            writer.set(cluster.clone(), k, RemoteEndpointInfo::new(70_000, None, 0));
+        }
+        let ips: Vec<IpAddr> = vec!["10.1.0.1".parse().unwrap(), "10.1.0.2".parse().unwrap()];
+        assert!(writer.set_local(7, &ips, 1000).is_empty());
+        // Another owner takes one of the endpoint's keys.
+        writer.set(
+            cluster.clone(),
+            key("10.1.0.2"),
+            RemoteEndpointInfo::new(70_001, None, 0),
+        );
+
+        assert!(writer.set_local(7, &ips[..0], 1000).is_empty());
+        assert_eq!(writer.owner(&key("10.1.0.1")), None);
+        assert_eq!(writer.owner(&key("10.1.0.2")), Some(&cluster));
+        assert_eq!(writer.len(), 101);
+
+        writer.remove_owner(&Owner::Endpoint(7));
+        writer.remove_owner(&cluster);
+        assert!(writer.is_empty());
+    }
 }

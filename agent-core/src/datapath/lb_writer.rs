@@ -2,9 +2,6 @@
 //! remote events, written at the end of each batch; the previous agent's entries are pruned
 //! only after `ServicesSynced` (services, backends) and `NodesSynced` (tunnel).
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
-
 use actix::Recipient;
 
 use super::maps::{MapsError, PinDir};
@@ -12,7 +9,7 @@ use super::pinned_sync::{PinnedSync, SyncStats};
 use super::services::{Lb4Backend, Lb4Key, Lb4Service, ServiceTable};
 use super::tunnel::{TunnelKey, TunnelTable, TunnelValue};
 use crate::clustermesh::barrier_actor::BarrierUpdate;
-use crate::clustermesh::events::{Change, RemoteEvent};
+use crate::clustermesh::events::{Change, RemoteEvent, RemoteEvents};
 
 /// The map names, as pinned.
 pub const SERVICES_MAP: &str = "cilium_lb4_services_v2";
@@ -66,25 +63,21 @@ impl LbWriter {
     }
 
     /// Applies a batch: node and service events update the tables, then the maps are written
-    /// and every cluster's last service event is acknowledged.
-    pub fn apply(&mut self, events: &[RemoteEvent]) {
-        let mut acks: BTreeMap<Arc<str>, u64> = BTreeMap::new();
+    /// and the cluster's last service event is acknowledged.
+    pub fn apply(&mut self, batch: &RemoteEvents) {
+        let cluster = &batch.cluster;
+        let mut last_seq: Option<u64> = None;
         let mut nodes_changed = false;
-        for event in events {
+        for event in &batch.events {
             match event {
-                RemoteEvent::Service {
-                    cluster,
-                    seq,
-                    change,
-                } => {
+                RemoteEvent::Service { seq, change } => {
                     match change {
                         Change::Upsert(s) => self.table.upsert(cluster, s.clone()),
                         Change::Delete(s) => self.table.delete(cluster, s),
                     }
-                    let last = acks.entry(cluster.clone()).or_default();
-                    *last = (*last).max(*seq);
+                    last_seq = last_seq.max(Some(*seq));
                 }
-                RemoteEvent::Node { cluster, change } => {
+                RemoteEvent::Node { change } => {
                     match change {
                         Change::Upsert(n) => self.tunnel_table.upsert(cluster, n.clone()),
                         Change::Delete(n) => self.tunnel_table.delete(cluster, n),
@@ -94,14 +87,12 @@ impl LbWriter {
                 RemoteEvent::IpCache { .. } => {}
             }
         }
-        if !acks.is_empty() {
+        if let Some(seq) = last_seq {
             self.program_services();
-            for (cluster, seq) in acks {
-                self.barrier.do_send(BarrierUpdate::ServicesProgrammed {
-                    cluster: cluster.to_string(),
-                    seq,
-                });
-            }
+            self.barrier.do_send(BarrierUpdate::ServicesProgrammed {
+                cluster: cluster.to_string(),
+                seq,
+            });
         }
         if nodes_changed {
             self.program_tunnel();

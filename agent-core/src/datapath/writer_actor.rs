@@ -61,14 +61,13 @@ impl Actor for DatapathWriter {
 impl Handler<RemoteEvents> for DatapathWriter {
     type Result = ();
 
-    fn handle(&mut self, RemoteEvents(events): RemoteEvents, _: &mut Context<Self>) {
+    fn handle(&mut self, batch: RemoteEvents, _: &mut Context<Self>) {
         if let Some(lb) = &mut self.lb {
-            lb.apply(&events);
+            lb.apply(&batch);
         }
-        for event in &events {
-            if let RemoteEvent::IpCache {
-                cluster, change, ..
-            } = event
+        let cluster = &batch.cluster;
+        for event in &batch.events {
+            if let RemoteEvent::IpCache { change, .. } = event
                 && let Err(err) = self.writer.apply_remote(cluster, change)
             {
                 tracing::warn!(cluster = %cluster, %err, "ipcache entry rejected");

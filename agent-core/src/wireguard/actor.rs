@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use actix::{
-    Actor, ActorFutureExt as _, Addr, Arbiter, AsyncContext as _, Context, Handler, Message,
-    MessageResult, Recipient, WrapFuture as _,
+    Actor, ActorContext as _, ActorFutureExt as _, Addr, Arbiter, AsyncContext as _, Context,
+    Handler, Message, MessageResult, Recipient, WrapFuture as _,
 };
 
 use super::LISTEN_PORT;
@@ -68,6 +68,8 @@ pub struct WireGuard {
     device_up: bool,
     recreations: u64,
     last_error: Option<String>,
+    /// Started by [`WireGuard::start_own_arbiter`]: the arbiter stops with the actor.
+    owns_arbiter: bool,
 }
 
 impl WireGuard {
@@ -102,6 +104,7 @@ impl WireGuard {
             device_up: true,
             recreations: 0,
             last_error: None,
+            owns_arbiter: false,
         };
         let restored = actor.backend.get()?;
         tracing::info!(
@@ -115,8 +118,10 @@ impl WireGuard {
         Ok(actor)
     }
 
-    /// Starts the actor on an arbiter of its own (device calls block).
-    pub fn start_own_arbiter(self) -> Addr<Self> {
+    /// Starts the actor on an arbiter of its own (device calls block). The arbiter's thread
+    /// ends when the actor stops ([`Stop`]).
+    pub fn start_own_arbiter(mut self) -> Addr<Self> {
+        self.owns_arbiter = true;
         let arbiter = Arbiter::new();
         Self::start_in_arbiter(&arbiter.handle(), |_| self)
     }
@@ -294,15 +299,36 @@ impl Actor for WireGuard {
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.run_interval(HEALTH_INTERVAL, Self::check_device);
     }
+
+    fn stopped(&mut self, _: &mut Context<Self>) {
+        if self.owns_arbiter {
+            Arbiter::current().stop();
+        }
+    }
+}
+
+/// Stops the actor: no more probes or device calls; the device and its peers stay as they
+/// are (an agent restart must not drop established tunnels).
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "()")]
+pub struct Stop;
+
+impl Handler<Stop> for WireGuard {
+    type Result = ();
+
+    fn handle(&mut self, _: Stop, ctx: &mut Context<Self>) {
+        ctx.stop();
+    }
 }
 
 impl Handler<RemoteEvents> for WireGuard {
     type Result = ();
 
-    fn handle(&mut self, RemoteEvents(events): RemoteEvents, ctx: &mut Context<Self>) {
-        for event in &events {
+    fn handle(&mut self, batch: RemoteEvents, ctx: &mut Context<Self>) {
+        let cluster = &batch.cluster;
+        for event in &batch.events {
             match event {
-                RemoteEvent::Node { cluster, change } => match change {
+                RemoteEvent::Node { change } => match change {
                     Change::Upsert(node) => {
                         if let Err(err) = self.table.upsert_node(cluster, node) {
                             self.metrics.rejected(&err);
@@ -314,9 +340,7 @@ impl Handler<RemoteEvents> for WireGuard {
                             .delete_node(&(cluster.clone(), node.name.clone()));
                     }
                 },
-                RemoteEvent::IpCache {
-                    cluster, change, ..
-                } => match change {
+                RemoteEvent::IpCache { change, .. } => match change {
                     Change::Upsert(entry) => self.table.ipcache(cluster, entry, false),
                     Change::Delete(entry) => self.table.ipcache(cluster, entry, true),
                 },
@@ -492,5 +516,38 @@ mod tests {
         assert_eq!(gc_pass(&mut table, &mut backend).unwrap(), 2);
         assert!(backend.state.peers.is_empty());
         assert!(table.pending_gc().is_empty());
+    }
+
+    #[actix_rt::test]
+    async fn stop_ends_the_actor_on_its_own_arbiter() {
+        let backend = Flaky {
+            state: DeviceState::default(),
+            requests: 0,
+            fail_at: 0,
+        };
+        let actor = WireGuard::new(WireGuardConfig {
+            backend: Box::new(backend),
+            private_key: PrivateKey::generate(),
+            encrypt_node: false,
+            userspace: None,
+            metrics: WireguardMetrics::default(),
+            local_node: LocalNode::default(),
+        })
+        .unwrap()
+        .start_own_arbiter();
+        assert_eq!(actor.send(FlushNow).await.unwrap(), 0);
+        actor.send(Stop).await.unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while actor.connected() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the actor did not stop"
+            );
+            actix_rt::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(
+            actor.send(FlushNow).await.is_err(),
+            "a stopped actor answers nothing"
+        );
     }
 }

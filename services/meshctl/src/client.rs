@@ -45,13 +45,14 @@ impl Agent {
             .map_err(|err| connect_error(&err))
     }
 
-    /// Maps a failed call of `rpc` to an error an on-call engineer can act on.
+    /// Maps a failed call of `rpc` (`Service/Method`) to an error an on-call engineer can
+    /// act on.
     pub fn call_error(&self, rpc: &str, status: &tonic::Status) -> anyhow::Error {
         match status.code() {
             Code::InvalidArgument | Code::Internal | Code::NotFound => {
                 anyhow!("{rpc}: {}", status.message())
             }
-            _ => call_error(&self.socket, status),
+            _ => call_error(&self.socket, rpc, status),
         }
     }
 
@@ -67,7 +68,7 @@ impl Agent {
         let reply = client
             .status(StatusRequest {})
             .await
-            .map_err(|status| call_error(&self.socket, &status))?;
+            .map_err(|status| call_error(&self.socket, "Agent/Status", &status))?;
         Ok(reply.into_inner())
     }
 }
@@ -100,20 +101,22 @@ pub(crate) fn connect_error(err: &ConnectError) -> anyhow::Error {
     }
 }
 
-pub(crate) fn call_error(socket: &Path, status: &tonic::Status) -> anyhow::Error {
+/// Maps a failed call of `rpc` (`Service/Method` of `meshwork.agent.v1`) to an error that
+/// names the call.
+pub(crate) fn call_error(socket: &Path, rpc: &str, status: &tonic::Status) -> anyhow::Error {
     let path = socket.display();
     match status.code() {
         Code::Unavailable => unreachable(socket, status.message()),
         // tonic reports the client-side call timeout as Cancelled.
         Code::DeadlineExceeded | Code::Cancelled => anyhow!(
-            "the agent at {path} did not answer Status within {}s",
+            "the agent at {path} did not answer {rpc} within {}s",
             CALL_TIMEOUT.as_secs()
         ),
         Code::Unimplemented => anyhow!(
-            "the agent at {path} does not serve meshwork.agent.v1.Agent/Status — a different version?"
+            "the agent at {path} does not serve meshwork.agent.v1.{rpc} — a different version?"
         ),
         code => anyhow!(
-            "the agent at {path} failed to answer Status: {code:?}: {}",
+            "the agent at {path} failed to answer {rpc}: {code:?}: {}",
             status.message()
         ),
     }

@@ -71,7 +71,7 @@ pub async fn endpoint_list(agent: &Agent, json: bool) -> anyhow::Result<()> {
         .await?
         .list_endpoints(pb::ListEndpointsRequest {})
         .await
-        .map_err(|s| agent.call_error("ListEndpoints", &s))?
+        .map_err(|s| agent.call_error("Datapath/ListEndpoints", &s))?
         .into_inner();
     let mut out = String::new();
     if json {
@@ -146,8 +146,8 @@ pub async fn endpoint_add(agent: &Agent, args: &EndpointAddArgs) -> anyhow::Resu
             endpoint: Some(endpoint),
         })
         .await
-        .map_err(|s| agent.call_error("PutEndpoint", &s))?;
-    println!("endpoint {} regenerated", args.id);
+        .map_err(|s| agent.call_error("Datapath/PutEndpoint", &s))?;
+    print_text(&format!("endpoint {} regenerated\n", args.id))?;
     Ok(())
 }
 
@@ -157,12 +157,12 @@ pub async fn endpoint_delete(agent: &Agent, id: u64) -> anyhow::Result<()> {
         .await?
         .delete_endpoint(pb::DeleteEndpointRequest { id })
         .await
-        .map_err(|s| agent.call_error("DeleteEndpoint", &s))?
+        .map_err(|s| agent.call_error("Datapath/DeleteEndpoint", &s))?
         .into_inner();
     if reply.existed {
-        println!("endpoint {id} deleted");
+        print_text(&format!("endpoint {id} deleted\n"))?;
     } else {
-        println!("endpoint {id} did not exist");
+        print_text(&format!("endpoint {id} did not exist\n"))?;
     }
     Ok(())
 }

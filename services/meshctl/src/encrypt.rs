@@ -12,16 +12,18 @@ use tonic::Code;
 
 use crate::cli::EncryptCommand;
 use crate::client::{Agent, call_error};
+use crate::status::print_text;
 
 /// Runs an `encrypt` subcommand.
 pub async fn run(socket: &Path, command: &EncryptCommand) -> anyhow::Result<ExitCode> {
     let EncryptCommand::Status { json } = command;
     let status = fetch(socket).await?;
-    if *json {
-        println!("{}", to_json(&status));
+    let text = if *json {
+        format!("{}\n", to_json(&status))
     } else {
-        print!("{}", render(&status, SystemTime::now()));
-    }
+        render(&status, SystemTime::now())
+    };
+    print_text(&text)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -32,7 +34,7 @@ async fn fetch(socket: &Path) -> anyhow::Result<EncryptStatusResponse> {
         .await
         .map_err(|status| match status.code() {
             Code::FailedPrecondition => anyhow!("{}", status.message()),
-            _ => call_error(socket, &status),
+            _ => call_error(socket, "Encrypt/Status", &status),
         })?;
     Ok(reply.into_inner())
 }

@@ -202,3 +202,46 @@ async fn unreachable_agent_is_a_clear_error() {
         )
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_service_is_named_in_the_error() {
+    // The fake agent serves only `Agent`: the encrypt call is unimplemented.
+    let served = serve(0);
+    let out = meshctl(&served.socket, &["encrypt", "status"]).await;
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "meshctl: the agent at {} does not serve meshwork.agent.v1.Encrypt/Status — a \
+             different version?\n",
+            served.socket.display()
+        )
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_that_closes_early_is_not_an_error() {
+    let served = serve(0);
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_meshctl"));
+    cmd.env_remove("MESHWORK_SOCKET")
+        .arg("--socket")
+        .arg(&served.socket)
+        .args(["status", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let out = tokio::task::spawn_blocking(move || {
+        let mut child = cmd.spawn().unwrap();
+        // Like `meshctl status | head -0`: the reader is gone before meshctl writes.
+        drop(child.stdout.take());
+        child.wait_with_output().unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(text(&out.stderr), "");
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        served.calls.load(Ordering::SeqCst),
+        1,
+        "meshctl asked the agent"
+    );
+}

@@ -137,17 +137,15 @@ async fn through_writer(entries: &[Arc<IpCacheEntry>]) -> anyhow::Result<Duratio
     let cluster: Arc<str> = Arc::from("bench");
     let batches: Vec<RemoteEvents> = entries
         .chunks(BATCH)
-        .map(|chunk| {
-            RemoteEvents(
-                chunk
-                    .iter()
-                    .map(|e| RemoteEvent::IpCache {
-                        cluster: cluster.clone(),
-                        created: true,
-                        change: Change::Upsert(e.clone()),
-                    })
-                    .collect(),
-            )
+        .map(|chunk| RemoteEvents {
+            cluster: cluster.clone(),
+            events: chunk
+                .iter()
+                .map(|e| RemoteEvent::IpCache {
+                    created: true,
+                    change: Change::Upsert(e.clone()),
+                })
+                .collect(),
         })
         .collect();
     let writer = DatapathWriter::new(map, None).start();

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use meshwork_agent_core::clustermesh::events::{Change, RemoteEvent, RemoteEvents};
 use meshwork_agent_core::types::{Address, AddressType, IpPrefix, Node};
-use meshwork_agent_core::wireguard::actor::{FlushNow, WireGuard, WireGuardConfig};
+use meshwork_agent_core::wireguard::actor::{FlushNow, Stop, WireGuard, WireGuardConfig};
 use meshwork_agent_core::wireguard::key::{Key, PrivateKey};
 use meshwork_agent_core::wireguard::local_node::LocalNode;
 use meshwork_agent_core::wireguard::metrics::WireguardMetrics;
@@ -47,9 +47,8 @@ fn peers(count: u32) -> Vec<Peer> {
         .collect()
 }
 
-fn events(peers: &[Peer]) -> anyhow::Result<Vec<RemoteEvent>> {
-    let cluster: Arc<str> = Arc::from("bench");
-    peers
+fn events(peers: &[Peer]) -> anyhow::Result<RemoteEvents> {
+    let events = peers
         .iter()
         .enumerate()
         .map(|(i, peer)| {
@@ -65,11 +64,14 @@ fn events(peers: &[Peer]) -> anyhow::Result<Vec<RemoteEvent>> {
                 ..Node::default()
             };
             Ok(RemoteEvent::Node {
-                cluster: Arc::clone(&cluster),
                 change: Change::Upsert(Arc::new(node)),
             })
         })
-        .collect()
+        .collect::<anyhow::Result<_>>()?;
+    Ok(RemoteEvents {
+        cluster: Arc::from("bench"),
+        events,
+    })
 }
 
 /// The floor's request, formatted here independently of the agent's code.
@@ -121,11 +123,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             local_node: LocalNode::default(),
         })?
         .start_own_arbiter();
-        let batch = RemoteEvents(events(&peers)?);
+        let batch = events(&peers)?;
         let started = Instant::now();
         actor.do_send(batch);
         let applied = actor.send(FlushNow).await?;
         actor_times.push(started.elapsed());
+        // Its arbiter ends with it; the device goes when `actor_dev` drops.
+        actor.send(Stop).await?;
         anyhow::ensure!(applied == peers.len(), "the actor applied {applied} peers");
         anyhow::ensure!(
             peer_count(&actor_dev)? == peers.len(),

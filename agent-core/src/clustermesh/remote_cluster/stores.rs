@@ -179,12 +179,10 @@ impl ClusterStores {
         let watch = watch.to_owned();
         manager.register(canary, move |cancel: CancellationToken| {
             async move {
-                sinks
-                    .identities
-                    .do_send(IdentityEvents(vec![IdentityEvent::Start {
-                        cluster: Arc::clone(&cluster),
-                        generation,
-                    }]));
+                sinks.identities.do_send(IdentityEvents::one(
+                    Arc::clone(&cluster),
+                    IdentityEvent::Start { generation },
+                ));
                 let forwarder = IdentityForwarder::new(
                     Arc::clone(&cluster),
                     generation,
@@ -200,22 +198,20 @@ impl ClusterStores {
                     Arc::clone(&cluster),
                 );
                 store.on_sync(move || {
-                    identities.do_send(IdentityEvents(vec![IdentityEvent::ListDone {
-                        cluster: Arc::clone(&name),
-                        generation,
-                    }]));
+                    identities.do_send(IdentityEvents::one(
+                        Arc::clone(&name),
+                        IdentityEvent::ListDone { generation },
+                    ));
                     barrier.do_send(BarrierUpdate::Synced {
                         cluster: name.to_string(),
                         resource: Resource::Identities,
                     });
                 });
                 store.watch(&backend, &watch, &cancel).await;
-                sinks
-                    .identities
-                    .do_send(IdentityEvents(vec![IdentityEvent::Stop {
-                        cluster,
-                        generation,
-                    }]));
+                sinks.identities.do_send(IdentityEvents::one(
+                    cluster,
+                    IdentityEvent::Stop { generation },
+                ));
             }
             .boxed()
         });
@@ -227,11 +223,10 @@ impl ClusterStores {
         self.nodes.lock().await.drain();
         self.services.lock().await.drain();
         self.ipcache.lock().await.drain();
-        self.sinks
-            .identities
-            .do_send(IdentityEvents(vec![IdentityEvent::RemoveCluster {
-                cluster: Arc::clone(&self.cluster),
-            }]));
+        self.sinks.identities.do_send(IdentityEvents::one(
+            Arc::clone(&self.cluster),
+            IdentityEvent::RemoveCluster,
+        ));
     }
 
     fn identity_status(&self) -> Arc<StoreStatus> {

@@ -6,6 +6,10 @@ use std::process::{Command, Stdio};
 /// `GET /metrics` on 127.0.0.1:`port`; `None` while nothing answers.
 pub fn scrape(port: u16) -> Option<String> {
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    // A hung agent fails the caller's wait instead of blocking the test forever.
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .ok()?;
     write!(
         stream,
         "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
