@@ -34,31 +34,44 @@ pub struct RemoteState {
 }
 
 impl RemoteState {
-    /// Applies one event of `cluster`.
-    pub fn apply(&mut self, cluster: &Arc<str>, event: &RemoteEvent) {
-        match event {
-            RemoteEvent::Node { change } => {
-                apply(
-                    &mut self.nodes,
-                    (Arc::clone(cluster), node_key(change)),
-                    change,
-                );
-            }
-            RemoteEvent::Service { change, .. } => {
-                apply(
-                    &mut self.services,
-                    (Arc::clone(cluster), service_key(change)),
-                    change,
-                );
-            }
-            RemoteEvent::IpCache { created, change } => {
-                let count = self.ipcache.entry(Arc::clone(cluster)).or_default();
-                match change {
-                    Change::Upsert(_) if *created => *count += 1,
-                    Change::Upsert(_) => {}
-                    Change::Delete(_) => *count = count.saturating_sub(1),
+    /// Applies a batch of one cluster's events.
+    pub fn apply(&mut self, batch: &RemoteEvents) {
+        let cluster = &batch.cluster;
+        // ipcache entries are counted per batch: one map update per list page.
+        let (mut created, mut deleted) = (0usize, 0usize);
+        for event in &batch.events {
+            match event {
+                RemoteEvent::Node { change } => {
+                    apply(
+                        &mut self.nodes,
+                        (Arc::clone(cluster), node_key(change)),
+                        change,
+                    );
                 }
+                RemoteEvent::Service { change, .. } => {
+                    apply(
+                        &mut self.services,
+                        (Arc::clone(cluster), service_key(change)),
+                        change,
+                    );
+                }
+                RemoteEvent::IpCache {
+                    created: true,
+                    change: Change::Upsert(_),
+                } => created += 1,
+                RemoteEvent::IpCache {
+                    change: Change::Upsert(_),
+                    ..
+                } => {}
+                RemoteEvent::IpCache {
+                    change: Change::Delete(_),
+                    ..
+                } => deleted += 1,
             }
+        }
+        if created > 0 || deleted > 0 {
+            let count = self.ipcache.entry(Arc::clone(cluster)).or_default();
+            *count = (*count + created).saturating_sub(deleted);
         }
     }
 
@@ -152,9 +165,8 @@ impl Handler<RemoteEvents> for RemoteStateActor {
     type Result = ();
 
     fn handle(&mut self, batch: RemoteEvents, _: &mut Context<Self>) {
-        for event in &batch.events {
-            self.apply(&batch.cluster, event);
-        }
+        self.state.apply(&batch);
+        self.after_apply(&batch);
         if let Some((last, rest)) = self.subscribers.split_last() {
             for subscriber in rest {
                 subscriber.do_send(batch.clone());
@@ -165,22 +177,29 @@ impl Handler<RemoteEvents> for RemoteStateActor {
 }
 
 impl RemoteStateActor {
-    fn apply(&mut self, cluster: &Arc<str>, event: &RemoteEvent) {
-        self.state.apply(cluster, event);
-        match event {
-            RemoteEvent::Service { seq, .. } if self.ack_services => {
-                self.barrier.do_send(BarrierUpdate::ServicesProgrammed {
-                    cluster: cluster.to_string(),
-                    seq: *seq,
-                });
-            }
-            RemoteEvent::IpCache { change, .. } => {
-                if let Some(tap) = &self.ipcache_tap {
-                    let (Change::Upsert(entry) | Change::Delete(entry)) = change;
-                    let _ = tap.send((Arc::clone(entry), Instant::now()));
+    /// Acknowledges the batch's last service event (when this actor acknowledges) and feeds
+    /// the ipcache tap.
+    fn after_apply(&self, batch: &RemoteEvents) {
+        let mut last_seq = None;
+        for event in &batch.events {
+            match event {
+                RemoteEvent::Service { seq, .. } => last_seq = last_seq.max(Some(*seq)),
+                RemoteEvent::IpCache { change, .. } => {
+                    if let Some(tap) = &self.ipcache_tap {
+                        let (Change::Upsert(entry) | Change::Delete(entry)) = change;
+                        let _ = tap.send((Arc::clone(entry), Instant::now()));
+                    }
                 }
+                RemoteEvent::Node { .. } => {}
             }
-            RemoteEvent::Node { .. } | RemoteEvent::Service { .. } => {}
+        }
+        if let Some(seq) = last_seq
+            && self.ack_services
+        {
+            self.barrier.do_send(BarrierUpdate::ServicesProgrammed {
+                cluster: batch.cluster.to_string(),
+                seq,
+            });
         }
     }
 }

@@ -11,12 +11,13 @@
 //! deletes as above) without announcing a second list-done. An entry that fails to decode or
 //! validate is logged, counted and dropped; the key keeps its previous value.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
+use hashbrown::HashMap;
+use hashbrown::hash_map::EntryRef;
 use tokio_util::sync::CancellationToken;
 
 use super::etcd::{DEFAULT_PAGE_SIZE, EtcdBackend, WatchEvent};
@@ -362,28 +363,27 @@ impl<D: Decoder, O: Observer<D::Value>> WatchStore<D, O> {
             return;
         };
         match self.decoder.decode(key, value) {
-            Ok(decoded) => {
-                if let Some(entry) = self.state.get_mut(key) {
+            Ok(decoded) => match self.state.entry_ref(key) {
+                EntryRef::Occupied(mut occupied) => {
+                    let entry = occupied.get_mut();
                     entry.stale = false;
                     if *entry.value == decoded {
                         return;
                     }
                     entry.value = Arc::new(decoded);
                     self.observer.on_upsert(key, &entry.value);
-                } else {
-                    // Count before notifying, so an observer never sees a stale count.
+                }
+                EntryRef::Vacant(vacant) => {
                     let value = Arc::new(decoded);
-                    self.state.insert(
-                        key.into(),
-                        Entry {
-                            value: Arc::clone(&value),
-                            stale: false,
-                        },
-                    );
+                    vacant.insert(Entry {
+                        value: Arc::clone(&value),
+                        stale: false,
+                    });
+                    // Count before notifying, so an observer never sees a stale count.
                     self.count_entries();
                     self.observer.on_create(key, &value);
                 }
-            }
+            },
             Err(err) => {
                 // The key still exists in etcd: keep its old value, and do not let the
                 // end of a list delete it.
