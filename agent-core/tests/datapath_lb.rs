@@ -5,10 +5,13 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use actix::{Actor, Context, Handler};
-use meshwork_agent_core::clustermesh::barrier_actor::BarrierUpdate;
+use meshwork_agent_core::clustermesh::barrier_actor::{BarrierUpdate, SyncBarrierActor};
 use meshwork_agent_core::clustermesh::events::{Change, RemoteEvent, RemoteEvents};
+use meshwork_agent_core::clustermesh::remote_state::{RemoteStateActor, Settle};
+use meshwork_agent_core::clustermesh::{Resource, SyncBarrier};
 use meshwork_agent_core::datapath::lb_writer::LbWriter;
 use meshwork_agent_core::datapath::maps::PinDir;
+use meshwork_agent_core::datapath::writer_actor::{DatapathWriter, prune_restored_when_synced};
 use meshwork_agent_core::types::{
     Address, AddressType, ClusterService, IpPrefix, L4Addr, L4Type, Node,
 };
@@ -163,4 +166,81 @@ async fn services_are_acked_after_programming_and_restored_state_waits_for_sync(
         *acks.0.lock().unwrap(),
         vec![("b".to_owned(), 1), ("b".to_owned(), 1)]
     );
+}
+
+/// Polls `done` until it holds, failing after 10 s.
+async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        actix_rt::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+#[actix_rt::test]
+async fn the_agent_prunes_restored_state_only_after_each_mesh_wait() {
+    let root = BpfRoot::new().unwrap();
+    let pins = PinDir::under(root.path());
+    drop(pins.recreate_ipcache().unwrap());
+    // What a previous agent left pinned: a service with two backends and two nodes.
+    let mut before = LbWriter::open(&pins, Acks::default().start().recipient()).unwrap();
+    before.apply(&from_b(vec![
+        svc_event(1, service(&["10.214.2.10", "10.214.2.11"])),
+        node_event(node("b-1", "10.213.0.2", "10.214.2.0")),
+        node_event(node("b-2", "10.213.0.3", "10.214.3.0")),
+    ]));
+    drop(before);
+
+    // The restarted agent's wiring, against one remote cluster that has not synced yet.
+    let mut barrier = SyncBarrier::new(std::time::Duration::from_secs(600));
+    barrier.add_cluster("b");
+    let barrier = SyncBarrierActor::new(barrier).start();
+    let lb = LbWriter::open(&pins, barrier.clone().recipient()).unwrap();
+    let writer = DatapathWriter::new(pins.recreate_ipcache().unwrap(), None)
+        .with_lb(lb)
+        .start();
+    let remote = RemoteStateActor::new(barrier.clone().recipient())
+        .without_service_acks()
+        .with_subscriber(writer.clone().recipient())
+        .start();
+    prune_restored_when_synced(&writer, &barrier, &remote.clone().recipient());
+
+    // Only one backend and one node are known again so far.
+    remote.do_send(from_b(vec![
+        svc_event(1, service(&["10.214.2.10"])),
+        node_event(node("b-1", "10.213.0.2", "10.214.2.0")),
+    ]));
+    remote.send(Settle).await.unwrap();
+    assert_eq!(
+        count(&pins, "cilium_lb4_backends_v3"),
+        2,
+        "pruned before sync"
+    );
+    assert_eq!(count(&pins, "cilium_tunnel_map"), 2, "pruned before sync");
+
+    // Nodes sync first: only the tunnel map is pruned.
+    barrier.do_send(BarrierUpdate::Synced {
+        cluster: "b".to_owned(),
+        resource: Resource::Nodes,
+    });
+    eventually("the stale tunnel entry stays", || {
+        count(&pins, "cilium_tunnel_map") == 1
+    })
+    .await;
+    assert_eq!(
+        count(&pins, "cilium_lb4_backends_v3"),
+        2,
+        "services not synced"
+    );
+
+    // Services sync (the writer acknowledged seq 1): the stale backend goes.
+    barrier.do_send(BarrierUpdate::ServicesListDone {
+        cluster: "b".to_owned(),
+        last_seq: 1,
+    });
+    eventually("the stale backend stays", || {
+        count(&pins, "cilium_lb4_backends_v3") == 1
+    })
+    .await;
+    assert_eq!(count(&pins, "cilium_lb4_services_v2"), 2);
 }

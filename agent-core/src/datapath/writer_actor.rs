@@ -5,13 +5,15 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use actix::{Actor, Context, Handler, Message, MessageResult};
+use actix::{Actor, Addr, Context, Handler, Message, MessageResult, Recipient};
 
 use super::ipcache_writer::{FlushError, IpCacheWriter, Owner, WriterStats};
 use super::lb_writer::{LbStats, LbWriter};
 use super::maps::IpCacheMap;
+use crate::clustermesh::barrier_actor::{GetMeshWait, SyncBarrierActor};
 use crate::clustermesh::events::{RemoteEvent, RemoteEvents};
 use crate::clustermesh::kinds::SyncKind;
+use crate::clustermesh::remote_state::Settle;
 
 /// The actor; see the module docs.
 pub struct DatapathWriter {
@@ -119,6 +121,29 @@ impl Handler<RemoveLocalEndpoint> for DatapathWriter {
 #[derive(Debug, Clone, Copy, Message)]
 #[rtype(result = "()")]
 pub struct RemoteSynced(pub SyncKind);
+
+/// Tells `writer` [`RemoteSynced`] for services and for nodes, each once the mesh-wide wait of
+/// that kind is over (every cluster synced, or the circuit breaker fired) and the synced
+/// entries have reached the writer ([`Settle`]): restored services, backends and tunnel
+/// entries are pruned then, never before.
+pub fn prune_restored_when_synced(
+    writer: &Addr<DatapathWriter>,
+    barrier: &Addr<SyncBarrierActor>,
+    settle: &Recipient<Settle>,
+) {
+    for kind in [SyncKind::Services, SyncKind::Nodes] {
+        let (writer, barrier, settle) = (writer.clone(), barrier.clone(), settle.clone());
+        actix::spawn(async move {
+            let Ok(wait) = barrier.send(GetMeshWait(kind)).await else {
+                return;
+            };
+            // No deadline of its own: the barrier's circuit breaker bounds it.
+            let _ = wait.wait(None).await;
+            let _ = settle.send(Settle).await;
+            writer.do_send(RemoteSynced(kind));
+        });
+    }
+}
 
 impl Handler<RemoteSynced> for DatapathWriter {
     type Result = ();

@@ -6,10 +6,7 @@ use std::time::SystemTime;
 
 use actix::{Actor, Addr, Recipient};
 use anyhow::Context as _;
-use meshwork_agent_core::clustermesh::SyncKind;
-use meshwork_agent_core::clustermesh::barrier_actor::{
-    BarrierUpdate, GetMeshWait, SyncBarrierActor,
-};
+use meshwork_agent_core::clustermesh::barrier_actor::{BarrierUpdate, SyncBarrierActor};
 use meshwork_agent_core::clustermesh::remote_state::Settle;
 use meshwork_agent_core::datapath::drops;
 use meshwork_agent_core::datapath::endpoint::manager::{
@@ -20,7 +17,7 @@ use meshwork_agent_core::datapath::endpoint::{
 };
 use meshwork_agent_core::datapath::lb_writer::{self, LbWriter};
 use meshwork_agent_core::datapath::maps::PinDir;
-use meshwork_agent_core::datapath::writer_actor::{DatapathWriter, GetWriterReport, RemoteSynced};
+use meshwork_agent_core::datapath::writer_actor::{self, DatapathWriter, GetWriterReport};
 use meshwork_proto::agent::v1 as pb;
 use tonic::{Request, Response, Status};
 
@@ -76,19 +73,7 @@ impl Datapath {
             settle.clone(),
         );
         self.endpoints = Some(manager.start());
-        // Restored services and tunnel entries are pruned only once every remote synced,
-        // and only after the synced entries reached the writer (Settle).
-        for kind in [SyncKind::Services, SyncKind::Nodes] {
-            let (barrier, settle, writer) = (barrier.clone(), settle.clone(), self.writer.clone());
-            actix::spawn(async move {
-                let Ok(wait) = barrier.send(GetMeshWait(kind)).await else {
-                    return;
-                };
-                let _ = wait.wait(None).await;
-                let _ = settle.send(Settle).await;
-                writer.do_send(RemoteSynced(kind));
-            });
-        }
+        writer_actor::prune_restored_when_synced(&self.writer, barrier, settle);
     }
 
     /// The datapath part of the status.
