@@ -6,8 +6,8 @@
 //! case-insensitively, an escape, a nested object or array other than `"NamedPorts":null`, a
 //! number that is not a plain unsigned integer, a value a field's Go type would reject) the
 //! scan gives up and the caller decodes with the full Go-compatible reader, which also words
-//! any error. Accepted values decode exactly as the full reader decodes them; the tests of
-//! [`super::ipcache_entry`] check both readers against each other.
+//! any error. Accepted values decode exactly as the full reader decodes them;
+//! `ipcache_shortcut_tests.rs` checks both readers against each other on a generated corpus.
 
 use std::net::{IpAddr, Ipv4Addr};
 
