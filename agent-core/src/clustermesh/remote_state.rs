@@ -34,11 +34,12 @@ pub struct RemoteState {
 }
 
 impl RemoteState {
-    /// Applies a batch of one cluster's events.
-    pub fn apply(&mut self, batch: &RemoteEvents) {
+    /// Applies a batch of one cluster's events; answers the `seq` of its last service event.
+    pub fn apply(&mut self, batch: &RemoteEvents) -> Option<u64> {
         let cluster = &batch.cluster;
         // ipcache entries are counted per batch: one map update per list page.
         let (mut created, mut deleted) = (0usize, 0usize);
+        let mut last_seq = None;
         for event in &batch.events {
             match event {
                 RemoteEvent::Node { change } => {
@@ -48,12 +49,13 @@ impl RemoteState {
                         change,
                     );
                 }
-                RemoteEvent::Service { change, .. } => {
+                RemoteEvent::Service { seq, change } => {
                     apply(
                         &mut self.services,
                         (Arc::clone(cluster), service_key(change)),
                         change,
                     );
+                    last_seq = last_seq.max(Some(*seq));
                 }
                 RemoteEvent::IpCache {
                     created: true,
@@ -73,6 +75,7 @@ impl RemoteState {
             let count = self.ipcache.entry(Arc::clone(cluster)).or_default();
             *count = (*count + created).saturating_sub(deleted);
         }
+        last_seq
     }
 
     /// What `cluster` contributes now.
@@ -165,41 +168,28 @@ impl Handler<RemoteEvents> for RemoteStateActor {
     type Result = ();
 
     fn handle(&mut self, batch: RemoteEvents, _: &mut Context<Self>) {
-        self.state.apply(&batch);
-        self.after_apply(&batch);
-        if let Some((last, rest)) = self.subscribers.split_last() {
-            for subscriber in rest {
-                subscriber.do_send(batch.clone());
-            }
-            last.do_send(batch);
-        }
-    }
-}
-
-impl RemoteStateActor {
-    /// Acknowledges the batch's last service event (when this actor acknowledges) and feeds
-    /// the ipcache tap.
-    fn after_apply(&self, batch: &RemoteEvents) {
-        let mut last_seq = None;
-        for event in &batch.events {
-            match event {
-                RemoteEvent::Service { seq, .. } => last_seq = last_seq.max(Some(*seq)),
-                RemoteEvent::IpCache { change, .. } => {
-                    if let Some(tap) = &self.ipcache_tap {
-                        let (Change::Upsert(entry) | Change::Delete(entry)) = change;
-                        let _ = tap.send((Arc::clone(entry), Instant::now()));
-                    }
-                }
-                RemoteEvent::Node { .. } => {}
-            }
-        }
-        if let Some(seq) = last_seq
+        let last_service = self.state.apply(&batch);
+        if let Some(seq) = last_service
             && self.ack_services
         {
             self.barrier.do_send(BarrierUpdate::ServicesProgrammed {
                 cluster: batch.cluster.to_string(),
                 seq,
             });
+        }
+        if let Some(tap) = &self.ipcache_tap {
+            for event in &batch.events {
+                if let RemoteEvent::IpCache { change, .. } = event {
+                    let (Change::Upsert(entry) | Change::Delete(entry)) = change;
+                    let _ = tap.send((Arc::clone(entry), Instant::now()));
+                }
+            }
+        }
+        if let Some((last, rest)) = self.subscribers.split_last() {
+            for subscriber in rest {
+                subscriber.do_send(batch.clone());
+            }
+            last.do_send(batch);
         }
     }
 }
@@ -238,5 +228,81 @@ impl Handler<Settle> for RemoteStateActor {
                 let _ = subscriber.send(RemoteEvents::default()).await;
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::IpIdentityPair;
+
+    fn ip(addr: &str) -> Arc<IpCacheEntry> {
+        let pair = IpIdentityPair {
+            ip: Some(addr.parse().unwrap()),
+            id: 70_000,
+            ..IpIdentityPair::default()
+        };
+        Arc::new(IpCacheEntry::from_pair(pair).unwrap())
+    }
+
+    fn service(name: &str) -> Arc<ClusterService> {
+        Arc::new(ClusterService {
+            namespace: "default".to_owned(),
+            name: name.to_owned(),
+            ..ClusterService::default()
+        })
+    }
+
+    #[test]
+    fn a_batch_counts_entries_once_and_answers_its_last_service() {
+        let mut state = RemoteState::default();
+        let events = vec![
+            RemoteEvent::IpCache {
+                created: true,
+                change: Change::Upsert(ip("10.1.0.1")),
+            },
+            RemoteEvent::IpCache {
+                created: true,
+                change: Change::Upsert(ip("10.1.0.2")),
+            },
+            RemoteEvent::Service {
+                seq: 7,
+                change: Change::Upsert(service("a")),
+            },
+            // A changed entry is not a new one.
+            RemoteEvent::IpCache {
+                created: false,
+                change: Change::Upsert(ip("10.1.0.2")),
+            },
+            RemoteEvent::Service {
+                seq: 8,
+                change: Change::Upsert(service("b")),
+            },
+            RemoteEvent::IpCache {
+                created: false,
+                change: Change::Delete(ip("10.1.0.1")),
+            },
+            RemoteEvent::Node {
+                change: Change::Upsert(Arc::new(Node {
+                    name: "n1".to_owned(),
+                    ..Node::default()
+                })),
+            },
+        ];
+        let batch = RemoteEvents {
+            cluster: Arc::from("b"),
+            events,
+        };
+        assert_eq!(state.apply(&batch), Some(8));
+        assert_eq!(
+            state.contribution("b"),
+            Contribution {
+                nodes: 1,
+                services: 2,
+                ipcache: 1
+            }
+        );
+        assert_eq!(state.contribution("c"), Contribution::default());
+        assert_eq!(state.apply(&RemoteEvents::default()), None);
     }
 }

@@ -398,6 +398,9 @@ macro_rules! go_struct {
 
         #[allow(dead_code)]
         impl $name {
+            /// The Go field names, in declaration order.
+            pub(crate) const GO_FIELDS: &'static [&'static str] = &[$($go),+];
+
             /// Encodes as Go's `encoding/json` does: Go field names, Go's value formats.
             pub fn to_json(&self) -> Vec<u8> {
                 $crate::types::go_json::to_vec(self).expect("Go-shaped structs always encode")

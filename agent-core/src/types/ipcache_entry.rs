@@ -77,7 +77,7 @@ fn pod_name(namespace: &str, name: &str) -> Option<Box<str>> {
 
 go_struct! {
     /// The ipcache JSON as the agent reads it: the owner `Metadata` is skipped, not copied.
-    struct IpCacheWire {
+    pub(super) struct IpCacheWire {
         ip: Option<IpAddr> => "IP" as GoIp,
         mask: Option<IpMask> => "Mask" as GoMask,
         host_ip: Option<IpAddr> => "HostIP" as GoIp,

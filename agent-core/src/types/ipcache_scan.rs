@@ -13,6 +13,7 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use super::base64;
 use super::go_json::fold_eq;
+use super::ipcache_entry::IpCacheWire;
 use super::net::{IpMask, parse_go_ip};
 
 /// The fields of an ipcache value that the agent keeps, borrowed from the value.
@@ -26,19 +27,6 @@ pub(super) struct ScannedPair<'a> {
     pub namespace: &'a str,
     pub pod_name: &'a str,
 }
-
-/// The wire fields the full reader knows: a key matching one of them only after case folding
-/// must go through the full reader.
-const FIELDS: [&str; 8] = [
-    "IP",
-    "Mask",
-    "HostIP",
-    "ID",
-    "Key",
-    "K8sNamespace",
-    "K8sPodName",
-    "NamedPorts",
-];
 
 /// Reads `value` if it is in the plain form; `None` means "use the full reader".
 pub(super) fn scan(value: &[u8]) -> Option<ScannedPair<'_>> {
@@ -223,7 +211,11 @@ impl<'a> Scanner<'a> {
             b"NamedPorts" => return self.null()?.then_some(()),
             _ => {
                 let name = std::str::from_utf8(name).ok()?;
-                if FIELDS.iter().any(|field| fold_eq(name, field)) {
+                // A key the full reader would fold onto one of its fields is its to read.
+                if IpCacheWire::GO_FIELDS
+                    .iter()
+                    .any(|field| fold_eq(name, field))
+                {
                     return None;
                 }
                 self.skip_scalar()?;

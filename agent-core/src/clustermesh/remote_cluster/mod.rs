@@ -92,6 +92,20 @@ impl RemoteCluster {
         }
     }
 
+    /// Stops the runner, then runs `then` on the actor: the response of a lifecycle handler,
+    /// atomic so that the next lifecycle message waits for it.
+    fn stop_runner_then(
+        &mut self,
+        then: impl FnOnce(&mut Self, &mut Context<Self>) + 'static,
+    ) -> AtomicResponse<Self, ()> {
+        let stopped = self.stop_runner();
+        AtomicResponse::new(Box::pin(
+            stopped
+                .into_actor(self)
+                .map(move |(), actor, ctx| then(actor, ctx)),
+        ))
+    }
+
     fn status(&self) -> ClusterStatus {
         let state = self.state.borrow().clone();
         let stores = self
@@ -134,13 +148,10 @@ impl Handler<Reconfigure> for RemoteCluster {
 
     fn handle(&mut self, Reconfigure(config): Reconfigure, _: &mut Context<Self>) -> Self::Result {
         tracing::info!(cluster = %config.name, "cluster config changed; reconnecting");
-        let stopped = self.stop_runner();
-        AtomicResponse::new(Box::pin(stopped.into_actor(self).map(
-            move |(), actor, _| {
-                actor.config = config;
-                actor.start_runner();
-            },
-        )))
+        self.stop_runner_then(move |actor, _| {
+            actor.config = config;
+            actor.start_runner();
+        })
     }
 }
 
@@ -156,7 +167,7 @@ impl Handler<Disconnect> for RemoteCluster {
     fn handle(&mut self, _: Disconnect, _: &mut Context<Self>) -> Self::Result {
         tracing::warn!(cluster = %self.config.name,
             "cluster config file is invalid; disconnecting until it is fixed");
-        AtomicResponse::new(Box::pin(self.stop_runner().into_actor(self)))
+        self.stop_runner_then(|_, _| {})
     }
 }
 
@@ -198,10 +209,7 @@ impl Handler<Shutdown> for RemoteCluster {
     type Result = AtomicResponse<Self, ()>;
 
     fn handle(&mut self, _: Shutdown, _: &mut Context<Self>) -> Self::Result {
-        let stopped = self.stop_runner();
-        AtomicResponse::new(Box::pin(
-            stopped.into_actor(self).map(|(), _, ctx| ctx.stop()),
-        ))
+        self.stop_runner_then(|_, ctx| ctx.stop())
     }
 }
 
