@@ -1,6 +1,8 @@
 //! Service (lb4) and tunnel maps against real pinned BPF maps: programmed from remote events,
 //! acknowledged to the barrier, and restored entries pruned only after the matching wait.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
@@ -168,15 +170,6 @@ async fn services_are_acked_after_programming_and_restored_state_waits_for_sync(
     );
 }
 
-/// Polls `done` until it holds, failing after 10 s.
-async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !done() {
-        assert!(std::time::Instant::now() < deadline, "{what}");
-        actix_rt::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-}
-
 #[actix_rt::test]
 async fn the_agent_prunes_restored_state_only_after_each_mesh_wait() {
     let root = BpfRoot::new().unwrap();
@@ -223,7 +216,7 @@ async fn the_agent_prunes_restored_state_only_after_each_mesh_wait() {
         cluster: "b".to_owned(),
         resource: Resource::Nodes,
     });
-    eventually("the stale tunnel entry stays", || {
+    common::eventually("the stale tunnel entry to go", || {
         count(&pins, "cilium_tunnel_map") == 1
     })
     .await;
@@ -238,7 +231,7 @@ async fn the_agent_prunes_restored_state_only_after_each_mesh_wait() {
         cluster: "b".to_owned(),
         last_seq: 1,
     });
-    eventually("the stale backend stays", || {
+    common::eventually("the stale backend to go", || {
         count(&pins, "cilium_lb4_backends_v3") == 1
     })
     .await;
