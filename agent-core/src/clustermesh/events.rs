@@ -111,21 +111,34 @@ pub enum IdentityEvent {
 /// Buffers events until the store ends a batch.
 pub struct Batch<E> {
     events: Vec<E>,
+    // The size of the last batch handed on: list pages come in equal sizes, so the next
+    // buffer is made that size at once instead of growing (and copying) ten times per page.
+    hint: usize,
 }
 
 impl<E> Default for Batch<E> {
     fn default() -> Self {
-        Self { events: Vec::new() }
+        Self {
+            events: Vec::new(),
+            hint: 0,
+        }
     }
 }
 
 impl<E> Batch<E> {
     fn push(&mut self, event: E) {
+        if self.events.capacity() == 0 {
+            self.events.reserve(self.hint);
+        }
         self.events.push(event);
     }
 
     fn take(&mut self) -> Option<Vec<E>> {
-        (!self.events.is_empty()).then(|| std::mem::take(&mut self.events))
+        if self.events.is_empty() {
+            return None;
+        }
+        self.hint = self.events.len();
+        Some(std::mem::take(&mut self.events))
     }
 }
 

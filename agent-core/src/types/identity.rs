@@ -119,16 +119,17 @@ impl Decoder for IdentityDecoder {
                     "identity {id}: could not find expected label {POLICY_LABEL_CLUSTER}"
                 )));
             }
-            Some(label) if label.source != LABEL_SOURCE_K8S => {
+            Some(label) if label.source() != LABEL_SOURCE_K8S => {
                 return Err(DecodeError::Invalid(format!(
                     "identity {id}: unexpected source for cluster label: got {}, expected {LABEL_SOURCE_K8S}",
-                    label.source
+                    label.source()
                 )));
             }
-            Some(label) if label.value != self.cluster_name => {
+            Some(label) if label.value() != self.cluster_name => {
                 return Err(DecodeError::Invalid(format!(
                     "identity {id}: unexpected cluster name: got {}, expected {}",
-                    label.value, self.cluster_name
+                    label.value(),
+                    self.cluster_name
                 )));
             }
             Some(_) => {}
@@ -167,7 +168,7 @@ mod tests {
         let decoder = IdentityDecoder::new("c1", Some(1));
         let identity = decoder.decode("65536", VALUE).unwrap();
         assert_eq!(identity.id, 65536);
-        assert_eq!(identity.labels.get("app").unwrap().value, "foo");
+        assert_eq!(identity.labels.get("app").unwrap().value(), "foo");
         assert_eq!(identity.value(), VALUE);
         assert_eq!(identity.key_name(), "65536");
         // Without a known cluster ID only the labels are checked.

@@ -54,20 +54,6 @@ pub(super) fn scan(value: &[u8]) -> Option<ScannedPair<'_>> {
     (scanner.pos == value.len()).then_some(pair)
 }
 
-/// Bytes that end the plain part of a string: the closing quote, an escape, or a control
-/// character (invalid in JSON).
-const STRING_STOP: [bool; 256] = {
-    let mut stop = [false; 256];
-    let mut byte = 0;
-    while byte < 0x20 {
-        stop[byte] = true;
-        byte += 1;
-    }
-    stop[b'"' as usize] = true;
-    stop[b'\\' as usize] = true;
-    stop
-};
-
 struct Scanner<'a> {
     bytes: &'a [u8],
     pos: usize,
@@ -101,9 +87,13 @@ impl<'a> Scanner<'a> {
     fn string(&mut self) -> Option<&'a [u8]> {
         self.expect(b'"')?;
         let rest = &self.bytes[self.pos..];
-        let len = rest.iter().position(|&b| STRING_STOP[usize::from(b)])?;
+        let len = memchr::memchr2(b'"', b'\\', rest)?;
+        let text = &rest[..len];
+        // A control character is invalid in JSON: the full reader words that error. Checked
+        // without an early exit, so the loop stays branch-free.
+        let plain = text.iter().fold(true, |plain, &b| plain & (b >= 0x20));
         self.pos += len + 1;
-        (rest[len] == b'"').then(|| &rest[..len])
+        (rest[len] == b'"' && plain).then_some(text)
     }
 
     /// `null`, consumed; `false` (nothing consumed) for anything else.
@@ -209,6 +199,8 @@ impl<'a> Scanner<'a> {
             b"K8sPodName" => self.text(&mut pair.pod_name)?,
             // Named ports are rare and nested: anything but `null` goes to the full reader.
             b"NamedPorts" => return self.null()?.then_some(()),
+            // Written by every Cilium agent and not kept; no field folds onto it.
+            b"Metadata" => self.skip_scalar()?,
             _ => {
                 let name = std::str::from_utf8(name).ok()?;
                 // A key the full reader would fold onto one of its fields is its to read.

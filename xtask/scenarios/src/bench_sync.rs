@@ -51,8 +51,9 @@ pub struct Args {
     /// Puts in the propagation figure.
     #[arg(long, default_value_t = 4_000)]
     puts: u32,
-    /// Rounds of the sync figure; medians are reported (single rounds vary by ±20% here).
-    #[arg(long, default_value_t = 5)]
+    /// Rounds of the sync figure; medians are reported. Single rounds vary by ±20% here (the
+    /// shared machine's speed changes from one phase to the next), so an odd number above 5.
+    #[arg(long, default_value_t = 9)]
     rounds: usize,
     /// Remote ipcache entries for the memory figure (spread over the clusters); 0 skips it.
     #[arg(long, default_value_t = 1_000_000)]
@@ -105,7 +106,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         floors.push(raw_time);
         agents.push(run.elapsed);
         println!(
-            "  round {}: raw read {:>7.1} ms (etcd cpu {:>5.0} ms, reader cpu {:>4.0} ms)   agent → IPIdentitiesSynced {:>7.1} ms (etcd cpu {:>5.0} ms, agent cpu {:>5.0} ms)",
+            "  round {}: raw read {:>7.1} ms (etcd cpu {:>5.0} ms, reader cpu {:>4.0} ms)   agent → IPIdentitiesSynced {:>7.1} ms (etcd cpu {:>5.0} ms, agent cpu {:>5.0} ms, peak rss {} MiB)",
             round + 1,
             ms(raw_time),
             ms(raw_etcd),
@@ -113,6 +114,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             ms(run.elapsed),
             ms(agent_etcd),
             ms(run.cpu),
+            run.peak_rss_mib,
         );
     }
     let floor = median(&mut floors);
