@@ -3,7 +3,7 @@
 use actix::{Actor, Context, Handler, Message, MessageResult};
 
 use super::events::{Change, IdentityEvent, IdentityEvents};
-use super::identity_cache::{IdentityChange, RemoteIdentities};
+use super::identity_cache::RemoteIdentities;
 
 /// Holds the remote identity caches.
 #[derive(Default)]
@@ -29,22 +29,22 @@ impl Handler<IdentityEvents> for IdentityCacheActor {
 impl IdentityCacheActor {
     fn apply(&mut self, cluster: &str, event: IdentityEvent) {
         let ids = &mut self.identities;
-        let changes: Vec<IdentityChange> = match event {
-            IdentityEvent::Start { generation } => ids.start(cluster, generation),
+        // Policy consumes the changes once it exists; count them meanwhile.
+        let changes = match event {
+            IdentityEvent::Start { generation } => ids.start(cluster, generation).len(),
             IdentityEvent::Change {
                 generation,
                 change: Change::Upsert(identity),
-            } => ids.upsert(cluster, generation, identity),
+            } => usize::from(ids.upsert(cluster, generation, identity).is_some()),
             IdentityEvent::Change {
                 generation,
                 change: Change::Delete(identity),
-            } => ids.delete(cluster, generation, identity.id),
-            IdentityEvent::ListDone { generation } => ids.list_done(cluster, generation),
-            IdentityEvent::Stop { generation } => ids.stop(cluster, generation),
-            IdentityEvent::RemoveCluster => ids.remove_cluster(cluster),
+            } => usize::from(ids.delete(cluster, generation, identity.id).is_some()),
+            IdentityEvent::ListDone { generation } => ids.list_done(cluster, generation).len(),
+            IdentityEvent::Stop { generation } => ids.stop(cluster, generation).len(),
+            IdentityEvent::RemoveCluster => ids.remove_cluster(cluster).len(),
         };
-        // Policy consumes these once it exists; count them meanwhile.
-        self.changes += changes.len() as u64;
+        self.changes += changes as u64;
     }
 }
 
