@@ -28,7 +28,7 @@ pub use shared::{CacheAccess, SharedCache, shared};
 pub enum ResyncError {
     /// A describe call failed.
     #[error("describe failed, keeping the previous cache: {0}")]
-    Describe(#[from] Ec2Error),
+    Describe(Ec2Error),
     /// EC2 answered with nothing where the cache had something.
     #[error("EC2 described no {what} although {known} were known; keeping the previous cache")]
     EmptyAnswer {
@@ -37,6 +37,14 @@ pub enum ResyncError {
         /// How many the cache held.
         known: usize,
     },
+}
+
+// The cause is in the message: converting does not also make it the error's source, so no
+// chain prints it twice.
+impl From<Ec2Error> for ResyncError {
+    fn from(error: Ec2Error) -> Self {
+        Self::Describe(error)
+    }
 }
 
 /// Everything one resync described.

@@ -4,6 +4,7 @@
 use std::process::Command;
 
 #[test]
+#[ignore = "needs kubernetes-validate (the lab's Python venv): `cargo xtask test` runs it"]
 fn the_printed_crd_passes_kubernetes_validate_strict() {
     let output = Command::new(env!("CARGO_BIN_EXE_meshwork-operator"))
         .arg("crd")

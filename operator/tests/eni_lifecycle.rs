@@ -36,6 +36,7 @@ fn eni_tags() -> Tags {
 }
 
 #[tokio::test]
+#[ignore = "needs the patched moto server: `cargo xtask test` runs it"]
 async fn a_fresh_node_costs_create_attach_modify() {
     let lab = Lab::start("10.213.0.0/24").await;
     let limits = lab.limits(&["m5.large"]).await;
@@ -111,6 +112,7 @@ async fn a_fresh_node_costs_create_attach_modify() {
 }
 
 #[tokio::test]
+#[ignore = "needs the patched moto server: `cargo xtask test` runs it"]
 async fn a_taken_device_index_moves_the_attachment_to_the_next() {
     let lab = Lab::start("10.213.0.0/24").await;
     let limits = lab.limits(&["m5.large"]).await;
@@ -147,6 +149,7 @@ async fn a_taken_device_index_moves_the_attachment_to_the_next() {
 }
 
 #[tokio::test]
+#[ignore = "needs the patched moto server: `cargo xtask test` runs it"]
 async fn an_eni_that_cannot_be_attached_is_deleted() {
     let lab = Lab::start("10.213.0.0/24").await;
     let limits = lab.limits(&["m5.large"]).await;
@@ -172,6 +175,7 @@ async fn an_eni_that_cannot_be_attached_is_deleted() {
 }
 
 #[tokio::test]
+#[ignore = "needs the patched moto server: `cargo xtask test` runs it"]
 async fn an_eni_whose_modify_fails_is_detached_and_deleted() {
     let lab = Lab::start("10.213.0.0/24").await;
     let limits = lab.limits(&["m5.large"]).await;
@@ -203,6 +207,7 @@ async fn an_eni_whose_modify_fails_is_detached_and_deleted() {
 }
 
 #[tokio::test]
+#[ignore = "needs the patched moto server: `cargo xtask test` runs it"]
 async fn throttled_mutations_converge_without_leaks() {
     let lab = Lab::start("10.213.0.0/24").await;
     let limits = lab.limits(&["m5.large"]).await;
@@ -238,6 +243,7 @@ async fn throttled_mutations_converge_without_leaks() {
 }
 
 #[tokio::test]
+#[ignore = "needs the patched moto server: `cargo xtask test` runs it"]
 async fn a_failed_describe_keeps_the_previous_cache() {
     let lab = Lab::start("10.213.0.0/24").await;
     let instance = lab.instance("m5.large").await;
@@ -274,6 +280,7 @@ async fn a_failed_describe_keeps_the_previous_cache() {
 }
 
 #[tokio::test]
+#[ignore = "needs the patched moto server: `cargo xtask test` runs it"]
 async fn describes_follow_next_token_page_by_page() {
     let lab = Lab::start("10.213.0.0/24").await;
     let mut instances = Vec::new();

@@ -24,6 +24,7 @@ async fn resync(lab: &Lab, subnets: &SubnetFilter, instance_tags: &Tags) -> Inst
 }
 
 #[tokio::test]
+#[ignore = "needs the patched moto server: `cargo xtask test` runs it"]
 async fn the_instance_tags_filter_keeps_only_tagged_instances() {
     let lab = Lab::start("10.213.0.0/24").await;
     let managed = lab.instance("m5.large").await;
@@ -47,6 +48,7 @@ async fn the_instance_tags_filter_keeps_only_tagged_instances() {
 }
 
 #[tokio::test]
+#[ignore = "needs the patched moto server: `cargo xtask test` runs it"]
 async fn subnet_filters_admit_only_the_chosen_subnets() {
     let lab = Lab::start("10.213.0.0/24").await;
     let second = lab

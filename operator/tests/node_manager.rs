@@ -35,6 +35,7 @@ async fn converge(
 }
 
 #[tokio::test]
+#[ignore = "needs the patched moto server: `cargo xtask test` runs it"]
 async fn default_allocation_on_m5_large() {
     let lab = Lab::start("10.213.0.0/24").await;
     let limits = lab.limits(&["m5.large"]).await;
@@ -52,6 +53,7 @@ async fn default_allocation_on_m5_large() {
 }
 
 #[tokio::test]
+#[ignore = "needs the patched moto server: `cargo xtask test` runs it"]
 async fn min_allocate_10_then_20_on_m5_4xlarge() {
     let lab = Lab::start("10.213.0.0/24").await;
     let limits = lab.limits(&["m5.4xlarge"]).await;
@@ -71,6 +73,7 @@ async fn min_allocate_10_then_20_on_m5_4xlarge() {
 }
 
 #[tokio::test]
+#[ignore = "needs the patched moto server: `cargo xtask test` runs it"]
 async fn min_allocate_10_and_pre_allocate_1_on_m3_large() {
     let lab = Lab::start("10.213.0.0/24").await;
     let limits = lab.limits(&["m3.large"]).await;
@@ -103,6 +106,7 @@ async fn min_allocate_10_and_pre_allocate_1_on_m3_large() {
 }
 
 #[tokio::test]
+#[ignore = "needs the patched moto server: `cargo xtask test` runs it"]
 async fn exceeding_eni_capacity_on_t2_xlarge_caps_at_42() {
     let lab = Lab::start("10.213.0.0/24").await;
     let limits = lab.limits(&["t2.xlarge"]).await;
@@ -124,6 +128,7 @@ async fn exceeding_eni_capacity_on_t2_xlarge_caps_at_42() {
 }
 
 #[tokio::test]
+#[ignore = "needs the patched moto server: `cargo xtask test` runs it"]
 async fn exclude_interface_tags_leave_the_tagged_eni_alone() {
     let lab = Lab::start("10.213.0.0/24").await;
     let limits = lab.limits(&["m5.large"]).await;
@@ -165,6 +170,7 @@ async fn exclude_interface_tags_leave_the_tagged_eni_alone() {
 }
 
 #[tokio::test]
+#[ignore = "needs the patched moto server: `cargo xtask test` runs it"]
 async fn an_exhausted_subnet_is_a_clear_error_without_a_loop() {
     // A /28 holds 11 usable addresses; the instance's primary takes one.
     let lab = Lab::start("10.213.0.0/28").await;
@@ -186,7 +192,7 @@ async fn an_exhausted_subnet_is_a_clear_error_without_a_loop() {
         matches!(
             &err,
             AllocateError::Plan {
-                source: PlanError::SubnetExhausted {
+                error: PlanError::SubnetExhausted {
                     available: 1,
                     needed: 11,
                     ..
@@ -207,6 +213,7 @@ async fn an_exhausted_subnet_is_a_clear_error_without_a_loop() {
 }
 
 #[tokio::test]
+#[ignore = "needs the patched moto server: `cargo xtask test` runs it"]
 async fn ec2_refusing_for_a_full_subnet_stops_the_pass() {
     let lab = Lab::start("10.213.0.0/28").await;
     let limits = lab.limits(&["m5.large"]).await;
@@ -254,6 +261,7 @@ async fn pool_addresses(lab: &Lab, instance: &str) -> Vec<std::net::Ipv4Addr> {
 }
 
 #[tokio::test]
+#[ignore = "needs the patched moto server: `cargo xtask test` runs it"]
 async fn release_with_handshake_on_m4_xlarge() {
     use meshwork_operator::node_allocator::ReleaseMap;
     use meshwork_operator::node_allocator::release::{
@@ -360,6 +368,7 @@ async fn release_with_handshake_on_m4_xlarge() {
 }
 
 #[tokio::test]
+#[ignore = "needs the patched moto server: `cargo xtask test` runs it"]
 async fn an_instance_that_is_not_running_gets_a_clear_error_and_no_leak() {
     let lab = Lab::start("10.213.0.0/24").await;
     let limits = lab.limits(&["m5.large"]).await;

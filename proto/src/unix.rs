@@ -18,22 +18,20 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub enum ConnectError {
     /// The socket could not be connected: no such file, nothing listening (connection
     /// refused), permission denied, or the connect timed out.
-    #[error("cannot connect to {}: {source}", path.display())]
+    #[error("cannot connect to {}: {error}", path.display())]
     Socket {
         /// The socket's path.
         path: PathBuf,
         /// What the connect failed with; its [`kind`](io::Error::kind) tells which case.
-        #[source]
-        source: io::Error,
+        error: io::Error,
     },
     /// The socket accepted, but no gRPC (HTTP/2) connection could be set up over it.
-    #[error("cannot set up a gRPC connection over {}: {source}", path.display())]
+    #[error("cannot set up a gRPC connection over {}: {error}", path.display())]
     Transport {
         /// The socket's path.
         path: PathBuf,
         /// tonic's error.
-        #[source]
-        source: tonic::transport::Error,
+        error: tonic::transport::Error,
     },
 }
 
@@ -82,9 +80,15 @@ fn classify(path: PathBuf, source: tonic::transport::Error) -> ConnectError {
         if let Some(io) = err.downcast_ref::<io::Error>() {
             // The chain only lends the io error; keep its kind and text.
             let source = io::Error::new(io.kind(), io.to_string());
-            return ConnectError::Socket { path, source };
+            return ConnectError::Socket {
+                path,
+                error: source,
+            };
         }
         cause = err.source();
     }
-    ConnectError::Transport { path, source }
+    ConnectError::Transport {
+        path,
+        error: source,
+    }
 }

@@ -92,7 +92,7 @@ async fn socket_without_listener_is_refused() {
 
 fn assert_socket_error(err: &ConnectError, kind: io::ErrorKind) {
     match err {
-        ConnectError::Socket { source, .. } => assert_eq!(source.kind(), kind, "{err}"),
+        ConnectError::Socket { error, .. } => assert_eq!(error.kind(), kind, "{err}"),
         ConnectError::Transport { .. } => panic!("expected a socket error, got {err}"),
     }
 }

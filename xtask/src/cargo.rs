@@ -24,7 +24,9 @@ fn run(step: &str, command: &mut Command) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The README's test command: setup, formatting, lints, then every test.
+/// The README's test command: setup, formatting, lints, then both tiers of tests — the plain
+/// ones `cargo test` runs, and the real-component ones (`#[ignore]`d there because they need
+/// etcd, moto, wireguard-go, bpffs or root), which setup made possible.
 pub fn test_suite(runner_args: &[String]) -> anyhow::Result<()> {
     setup::run()?;
     run(
@@ -44,16 +46,18 @@ pub fn test_suite(runner_args: &[String]) -> anyhow::Result<()> {
     )?;
     if has_nextest() {
         run(
-            "cargo nextest run --workspace",
+            "cargo nextest run --workspace --run-ignored all",
             cargo()
                 .args(["nextest", "run", "--workspace", "--no-fail-fast"])
+                .args(["--run-ignored", "all"])
                 .args(runner_args),
         )
     } else {
         run(
-            "cargo test --workspace",
+            "cargo test --workspace -- --include-ignored",
             cargo()
                 .args(["test", "--workspace", "--no-fail-fast", "--"])
+                .arg("--include-ignored")
                 .args(runner_args),
         )
     }

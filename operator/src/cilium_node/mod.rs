@@ -36,7 +36,9 @@ fn is_zero(value: &i64) -> bool {
     plural = "ciliumnodes",
     singular = "ciliumnode",
     shortname = "cn",
-    status = "CiliumNodeStatus"
+    status = "CiliumNodeStatus",
+    // The etcd watch store compares decoded objects to drop unchanged ones.
+    derive = "PartialEq"
 )]
 pub struct CiliumNodeSpec {
     /// `spec.eni`: where this node's ENIs go.

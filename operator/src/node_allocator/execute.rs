@@ -42,42 +42,42 @@ impl Outcome {
 #[derive(Debug, thiserror::Error)]
 pub enum ExecuteError {
     /// AssignPrivateIpAddresses failed.
-    #[error("assigning {count} addresses to {eni_id}: {source}")]
+    #[error("assigning {count} addresses to {eni_id}: {error}")]
     Assign {
         /// The ENI.
         eni_id: String,
         /// How many were asked for.
         count: usize,
         /// EC2's error.
-        source: Ec2Error,
+        error: Ec2Error,
     },
     /// CreateNetworkInterface failed.
-    #[error("creating an ENI in {subnet_id}: {source}")]
+    #[error("creating an ENI in {subnet_id}: {error}")]
     Create {
         /// The subnet.
         subnet_id: String,
         /// EC2's error.
-        source: Ec2Error,
+        error: Ec2Error,
     },
     /// AttachNetworkInterface failed (after retries on taken device indexes).
-    #[error("attaching {eni_id} at device index {device_index}: {source}{}", cleanup_note(.cleanup.as_ref()))]
+    #[error("attaching {eni_id} at device index {device_index}: {error}{}", cleanup_note(.cleanup.as_ref()))]
     Attach {
         /// The new ENI.
         eni_id: String,
         /// The last index tried.
         device_index: u32,
         /// EC2's error.
-        source: Ec2Error,
+        error: Ec2Error,
         /// The error deleting the ENI again, if that failed.
         cleanup: Option<Ec2Error>,
     },
     /// Marking the attachment delete-on-termination failed.
-    #[error("setting delete-on-termination on {eni_id}: {source}{}", cleanup_note(.cleanup.as_ref()))]
+    #[error("setting delete-on-termination on {eni_id}: {error}{}", cleanup_note(.cleanup.as_ref()))]
     DeleteOnTermination {
         /// The new ENI.
         eni_id: String,
         /// EC2's error.
-        source: Ec2Error,
+        error: Ec2Error,
         /// The error detaching or deleting the ENI again, if that failed.
         cleanup: Option<Ec2Error>,
     },
@@ -93,10 +93,10 @@ impl ExecuteError {
     /// The EC2 error behind the failure.
     pub fn ec2(&self) -> &Ec2Error {
         match self {
-            Self::Assign { source, .. }
-            | Self::Create { source, .. }
-            | Self::Attach { source, .. }
-            | Self::DeleteOnTermination { source, .. } => source,
+            Self::Assign { error: source, .. }
+            | Self::Create { error: source, .. }
+            | Self::Attach { error: source, .. }
+            | Self::DeleteOnTermination { error: source, .. } => source,
         }
     }
 }
@@ -131,7 +131,7 @@ pub async fn assign(
                 return Err(ExecuteError::Assign {
                     eni_id: eni_id.to_owned(),
                     count,
-                    source,
+                    error: source,
                 });
             }
         }
@@ -142,7 +142,7 @@ pub async fn assign(
         .map_err(|source| ExecuteError::Assign {
             eni_id: eni_id.to_owned(),
             count,
-            source,
+            error: source,
         })?;
     cache.with(|c| c.add_addresses(instance_id, eni_id, &addresses));
     Ok(Outcome::Assigned {
@@ -185,7 +185,7 @@ pub async fn create(
             Err(source) => {
                 return Err(ExecuteError::Create {
                     subnet_id: create.subnet_id.clone(),
-                    source,
+                    error: source,
                 });
             }
         }
@@ -198,7 +198,7 @@ pub async fn create(
             .await
             .map_err(|source| ExecuteError::Create {
                 subnet_id: create.subnet_id.clone(),
-                source,
+                error: source,
             })?,
     };
     tracing::info!(node = %spec.name, eni = %eni.id, subnet = %create.subnet_id, addresses = eni.addresses.len(), "created ENI");
@@ -228,7 +228,7 @@ pub async fn create(
                 return Err(ExecuteError::Attach {
                     eni_id: eni.id,
                     device_index,
-                    source,
+                    error: source,
                     cleanup,
                 });
             }
@@ -247,7 +247,7 @@ pub async fn create(
         };
         return Err(ExecuteError::DeleteOnTermination {
             eni_id: eni.id,
-            source,
+            error: source,
             cleanup,
         });
     }

@@ -29,41 +29,41 @@ pub use spec::{DEFAULT_PRE_ALLOCATE, EniSpec, IpamSpec, NodeSpec};
 #[derive(Debug, thiserror::Error)]
 pub enum AllocateError {
     /// Nothing can be planned (see [`PlanError`]).
-    #[error("node {node}: {source}")]
+    #[error("node {node}: {error}")]
     Plan {
         /// The node.
         node: String,
         /// Why.
-        source: PlanError,
+        error: PlanError,
     },
     /// EC2 refused for lack of free addresses in the subnet; our free count was stale.
-    #[error("node {node}: subnet {subnet_id} is exhausted: {source}")]
+    #[error("node {node}: subnet {subnet_id} is exhausted: {error}")]
     SubnetExhausted {
         /// The node.
         node: String,
         /// The subnet.
         subnet_id: String,
         /// EC2's refusal.
-        source: ExecuteError,
+        error: ExecuteError,
     },
     /// The instance is not running any more (terminated before its node object went).
-    #[error("node {node}: instance is not running: {source}")]
+    #[error("node {node}: instance is not running: {error}")]
     InstanceNotRunning {
         /// The node.
         node: String,
         /// EC2's refusal.
-        source: ExecuteError,
+        error: ExecuteError,
     },
     /// Another EC2 failure.
-    #[error("node {node}: {source}")]
+    #[error("node {node}: {error}")]
     Ec2 {
         /// The node.
         node: String,
         /// What failed.
-        source: ExecuteError,
+        error: ExecuteError,
     },
     /// Unassigning released addresses failed; they stay marked and are retried next pass.
-    #[error("node {node}: releasing {count} addresses from {eni_id}: {source}")]
+    #[error("node {node}: releasing {count} addresses from {eni_id}: {error}")]
     Release {
         /// The node.
         node: String,
@@ -72,7 +72,7 @@ pub enum AllocateError {
         /// How many addresses.
         count: usize,
         /// EC2's error.
-        source: Ec2Error,
+        error: Ec2Error,
     },
     /// Mutations went through but the need was still not met after the pass limit (or one
     /// added nothing): stop rather than loop.
@@ -184,7 +184,7 @@ impl NodeAllocator {
             })
             .map_err(|source| AllocateError::Plan {
                 node: node.clone(),
-                source,
+                error: source,
             })?;
         tracing::debug!(node = %node, excess = plan.stats.excess, "excess release step");
         let ready = self.release.step(now, delay, candidates.as_ref(), answers);
@@ -196,7 +196,7 @@ impl NodeAllocator {
                     node: node.clone(),
                     eni_id: eni_id.clone(),
                     count: addresses.len(),
-                    source,
+                    error: source,
                 })?;
             self.release.released(&addresses);
             released += addresses.len();
@@ -249,7 +249,7 @@ impl NodeAllocator {
                 .with(|c| self.plan(used, limits, c))
                 .map_err(|source| AllocateError::Plan {
                     node: node.clone(),
-                    source,
+                    error: source,
                 })?;
             report.stats = plan.stats;
             let outcome = match &plan.action {
@@ -297,12 +297,12 @@ fn classify(node: &str, subnet_id: &str, err: ExecuteError) -> AllocateError {
         AllocateError::SubnetExhausted {
             node,
             subnet_id: subnet_id.to_owned(),
-            source: err,
+            error: err,
         }
     } else if err.ec2().is_instance_not_running() {
-        AllocateError::InstanceNotRunning { node, source: err }
+        AllocateError::InstanceNotRunning { node, error: err }
     } else {
-        AllocateError::Ec2 { node, source: err }
+        AllocateError::Ec2 { node, error: err }
     }
 }
 

@@ -7,7 +7,7 @@
 //! `metadata.resourceVersion`), and on a mismatch returns the current value, from which the
 //! publish is recomputed.
 
-use etcd_client::{Client, Compare, CompareOp, KeyValue, Txn, TxnOp, TxnOpResponse};
+use meshwork_kvstore::{ConditionalPut, EtcdBackend};
 
 use super::publish::{Order, compose_in};
 use super::{LiveNode, MAX_ATTEMPTS, NodeStore, StoreError, name_of};
@@ -24,34 +24,36 @@ pub fn key(name: &str) -> String {
 /// The etcd backend.
 #[derive(Clone)]
 pub struct EtcdStore {
-    client: Client,
+    backend: EtcdBackend,
     order: Order,
 }
 
 impl std::fmt::Debug for EtcdStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EtcdStore")
+            .field("endpoints", &self.backend.endpoints())
             .field("order", &self.order)
             .finish()
     }
 }
 
-/// Decodes a stored object, with the key's mod revision as its resourceVersion.
-pub fn decode(kv: &KeyValue) -> Result<CiliumNode, StoreError> {
+/// Decodes the object stored under `key` at `mod_revision`, which becomes its
+/// resourceVersion (the revision lives in the key, not in the value).
+pub fn decode(key: &str, value: &[u8], mod_revision: i64) -> Result<CiliumNode, StoreError> {
     let mut node: CiliumNode =
-        serde_json::from_slice(kv.value()).map_err(|source| StoreError::Json {
-            name: String::from_utf8_lossy(kv.key()).into_owned(),
-            source,
+        serde_json::from_slice(value).map_err(|source| StoreError::Json {
+            name: key.to_owned(),
+            error: source,
         })?;
-    node.metadata.resource_version = Some(kv.mod_revision().to_string());
+    node.metadata.resource_version = Some(mod_revision.to_string());
     Ok(node)
 }
 
 impl EtcdStore {
-    /// CiliumNodes through `client`.
-    pub fn new(client: Client) -> Self {
+    /// CiliumNodes through `backend`.
+    pub fn new(backend: EtcdBackend) -> Self {
         Self {
-            client,
+            backend,
             order: Order::StatusFirst,
         }
     }
@@ -71,48 +73,46 @@ impl EtcdStore {
         mut node: CiliumNode,
     ) -> Result<Result<CiliumNode, Option<CiliumNode>>, StoreError> {
         let key = key(name);
-        let compare = match node
+        // No (or an unreadable) revision: the object was never stored, so only create it.
+        let expected = node
             .metadata
             .resource_version
             .as_deref()
             .and_then(|version| version.parse::<i64>().ok())
-        {
-            Some(revision) => Compare::mod_revision(key.clone(), CompareOp::Equal, revision),
-            None => Compare::create_revision(key.clone(), CompareOp::Equal, 0),
-        };
+            .unwrap_or(0);
         // The revision lives in the key, not in the value.
         node.metadata.resource_version = None;
         let value = serde_json::to_vec(&node).map_err(|source| StoreError::Json {
             name: name.to_owned(),
-            source,
+            error: source,
         })?;
-        let txn = Txn::new()
-            .when([compare])
-            .and_then([TxnOp::put(key.clone(), value, None)])
-            .or_else([TxnOp::get(key, None)]);
-        let response = self.client.clone().txn(txn).await?;
-        if response.succeeded() {
-            let revision = response.header().map_or(0, |header| header.revision());
-            node.metadata.resource_version = Some(revision.to_string());
-            return Ok(Ok(node));
+        match self
+            .backend
+            .put_if_mod_revision(&key, value, expected)
+            .await?
+        {
+            ConditionalPut::Written { revision } => {
+                node.metadata.resource_version = Some(revision.to_string());
+                Ok(Ok(node))
+            }
+            ConditionalPut::Conflict { current } => {
+                let current = current
+                    .map(|(value, revision)| decode(&key, &value, revision))
+                    .transpose()?;
+                Ok(Err(current))
+            }
         }
-        let current = response
-            .op_responses()
-            .into_iter()
-            .find_map(|op| match op {
-                TxnOpResponse::Get(get) => get.kvs().first().cloned(),
-                _ => None,
-            })
-            .map(|kv| decode(&kv))
-            .transpose()?;
-        Ok(Err(current))
     }
 }
 
 impl NodeStore for EtcdStore {
     async fn get(&self, name: &str) -> Result<Option<CiliumNode>, StoreError> {
-        let response = self.client.clone().get(key(name), None).await?;
-        response.kvs().first().map(decode).transpose()
+        let key = key(name);
+        self.backend
+            .get(&key)
+            .await?
+            .map(|(value, revision)| decode(&key, &value, revision))
+            .transpose()
     }
 
     async fn publish(&self, latest: CiliumNode, live: &LiveNode) -> Result<CiliumNode, StoreError> {

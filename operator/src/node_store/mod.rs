@@ -25,17 +25,17 @@ pub const MAX_ATTEMPTS: usize = 5;
 pub enum StoreError {
     /// The Kubernetes API refused or could not be reached.
     #[error("kubernetes: {0}")]
-    Kube(#[from] kube::Error),
-    /// etcd refused or could not be reached.
-    #[error("etcd: {0}")]
-    Etcd(#[from] etcd_client::Error),
+    Kube(kube::Error),
+    /// etcd refused, could not be reached or did not answer in time.
+    #[error(transparent)]
+    Etcd(#[from] meshwork_kvstore::KvstoreError),
     /// A stored object could not be encoded or decoded.
-    #[error("CiliumNode {name}: {source}")]
+    #[error("CiliumNode {name}: {error}")]
     Json {
         /// The node.
         name: String,
         /// The serde error.
-        source: serde_json::Error,
+        error: serde_json::Error,
     },
     /// The object has no name.
     #[error("CiliumNode without metadata.name")]
@@ -51,6 +51,14 @@ pub enum StoreError {
         /// Attempts made.
         attempts: usize,
     },
+}
+
+// The cause is in the message: converting does not also make it the error's source, so no
+// chain prints it twice.
+impl From<kube::Error> for StoreError {
+    fn from(error: kube::Error) -> Self {
+        Self::Kube(error)
+    }
 }
 
 /// A store of CiliumNode objects.

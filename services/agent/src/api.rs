@@ -3,10 +3,10 @@
 use std::time::Duration;
 
 use actix::Addr;
-use meshwork_agent_core::clustermesh::barrier_actor::{GetMeshWait, SyncBarrierActor};
-use meshwork_agent_core::clustermesh::mesh::{ClusterMesh, GetMeshStatus};
-use meshwork_agent_core::clustermesh::status::ClusterStatus;
-use meshwork_agent_core::clustermesh::{SyncKind, WaitError, WaitOutcome};
+use meshwork_clustermesh::barrier_actor::{GetMeshWait, SyncBarrierActor};
+use meshwork_clustermesh::mesh::{ClusterMesh, GetMeshStatus};
+use meshwork_clustermesh::status::ClusterStatus;
+use meshwork_clustermesh::{SyncKind, WaitError, WaitOutcome};
 use meshwork_proto::agent::v1 as pb;
 use tonic::{Request, Response, Status};
 
@@ -71,7 +71,7 @@ impl pb::agent_server::Agent for LocalApi {
         for kind in kinds {
             let wait = self
                 .barrier
-                .send(GetMeshWait(kind))
+                .send(GetMeshWait::all(kind))
                 .await
                 .map_err(|_| Status::unavailable("the agent is shutting down"))?;
             match wait.wait(deadline).await {
@@ -109,23 +109,24 @@ fn cluster_status(s: &ClusterStatus) -> pb::RemoteClusterStatus {
             required: s.config_required,
             retrieved: s.config_retrieved,
         }),
+        // Cilium's status calls the listed stores "synced" and the ipcache "endpoints".
         synced: Some(pb::SyncStatus {
-            nodes: s.synced.nodes,
-            services: s.synced.services,
-            identities: s.synced.identities,
-            endpoints: s.synced.endpoints,
+            nodes: s.listed.nodes,
+            services: s.listed.services,
+            identities: s.listed.identities,
+            endpoints: s.listed.ipcache,
         }),
         entries: Some(pb::EntryCounts {
             nodes: s.entries.nodes,
             services: s.entries.services,
             identities: s.entries.identities,
-            endpoints: s.entries.endpoints,
+            endpoints: s.entries.ipcache,
         }),
         failures: s.failures,
         last_failure: s
             .last_failure
             .map(|t| humantime::format_rfc3339_seconds(t).to_string()),
         last_error: s.last_error.clone(),
-        endpoints: s.endpoints.clone(),
+        endpoints: s.etcd_endpoints.clone(),
     }
 }

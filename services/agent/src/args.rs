@@ -83,33 +83,47 @@ impl Args {
     }
 
     /// The metrics address, `None` when disabled.
-    pub fn metrics_addr(&self) -> anyhow::Result<Option<SocketAddr>> {
+    pub fn metrics_addr(&self) -> Result<Option<SocketAddr>, ArgsError> {
         if self.prometheus_serve_addr.is_empty() {
             return Ok(None);
         }
         let addr = self.prometheus_serve_addr.parse().map_err(|e| {
-            anyhow::anyhow!(
-                "--prometheus-serve-addr {:?}: {e}",
-                self.prometheus_serve_addr
-            )
+            let message = format!("{:?}: {e}", self.prometheus_serve_addr);
+            ArgsError::new("prometheus-serve-addr", &message)
         })?;
         Ok(Some(addr))
     }
 
     /// Refuses flag values the agent cannot run with.
-    pub fn validate(&self) -> anyhow::Result<()> {
-        meshwork_agent_core::types::validate_max_connected_clusters(self.max_connected_clusters)
-            .map_err(|e| anyhow::anyhow!("--max-connected-clusters: {e}"))?;
-        meshwork_agent_core::types::validate_cluster_name(&self.cluster_name)
-            .map_err(|e| anyhow::anyhow!("--cluster-name: {e}"))?;
+    pub fn validate(&self) -> Result<(), ArgsError> {
+        meshwork_types::validate_max_connected_clusters(self.max_connected_clusters)
+            .map_err(|e| ArgsError::new("max-connected-clusters", &e))?;
+        meshwork_types::validate_cluster_name(&self.cluster_name)
+            .map_err(|e| ArgsError::new("cluster-name", &e))?;
         if self.cluster_id != 0 {
-            meshwork_agent_core::types::validate_cluster_id(
-                self.cluster_id,
-                self.max_connected_clusters,
-            )
-            .map_err(|e| anyhow::anyhow!("--cluster-id: {e}"))?;
+            meshwork_types::validate_cluster_id(self.cluster_id, self.max_connected_clusters)
+                .map_err(|e| ArgsError::new("cluster-id", &e))?;
         }
         self.metrics_addr()?;
         Ok(())
+    }
+}
+
+/// A flag value the agent cannot run with.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("--{flag}: {message}")]
+pub struct ArgsError {
+    /// The flag, without its dashes.
+    pub flag: &'static str,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl ArgsError {
+    fn new(flag: &'static str, message: &dyn std::fmt::Display) -> Self {
+        Self {
+            flag,
+            message: message.to_string(),
+        }
     }
 }

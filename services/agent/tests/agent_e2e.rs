@@ -5,15 +5,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use meshwork_agent_core::kvstore::{EtcdBackend, EtcdConfig};
+use meshwork_lab::agent::{AgentOptions, AgentProcess};
 use meshwork_lab::cilium::{Cluster, Sizes};
 use meshwork_lab::etcd::EtcdServer;
-use meshwork_lab::process::LabProcess;
 use meshwork_lab::wait;
 
-mod common {
-    pub mod prometheus;
-}
+mod common;
 
 use common::prometheus;
 
@@ -24,8 +21,12 @@ const SIZES: Sizes = Sizes {
     ipcache: 10,
 };
 
+fn agent_binary() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_meshwork-agent"))
+}
+
 fn meshctl() -> PathBuf {
-    let agent = PathBuf::from(env!("CARGO_BIN_EXE_meshwork-agent"));
+    let agent = agent_binary();
     let meshctl = agent.with_file_name("meshctl");
     assert!(
         meshctl.exists(),
@@ -41,22 +42,7 @@ fn load(server: &EtcdServer, name: &str, id: u32) {
         id,
         sizes: SIZES,
     };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let backend = EtcdBackend::connect(
-            &EtcdConfig::new([server.endpoint()]),
-            Duration::from_secs(10),
-        )
-        .await
-        .unwrap();
-        let (key, value) = cluster.config();
-        backend.put(&key, value).await.unwrap();
-        backend.put_many(cluster.state(), 100).await.unwrap();
-        backend.put_many(cluster.canaries(), 100).await.unwrap();
-    });
+    common::load_blocking(server, &cluster);
 }
 
 fn write_config(dir: &Path, name: &str, server: &EtcdServer) {
@@ -91,6 +77,7 @@ fn until<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
 }
 
 #[test]
+#[ignore = "needs real etcd and promtool: `cargo xtask test` runs it"]
 fn agent_status_json_metrics_drain_and_sigterm() {
     let c1 = EtcdServer::start().unwrap();
     let c2 = EtcdServer::start().unwrap();
@@ -104,29 +91,13 @@ fn agent_status_json_metrics_drain_and_sigterm() {
     write_config(&config, "c1", &c1);
     write_config(&config, "c2", &c2);
     write_config(&config, "local", &c3); // named like the local cluster: ignored
-    let socket = dir.path().join("agent.sock");
     let metrics_port = wait::free_port().unwrap();
-
-    let mut command = Command::new(env!("CARGO_BIN_EXE_meshwork-agent"));
-    command
-        .args([
-            "--cluster-name",
-            "local",
-            "--cluster-id",
-            "9",
-            "--clustermesh-config",
-        ])
-        .arg(&config)
-        .arg("--enable-bpf-datapath=false")
-        .arg("--state-dir")
-        .arg(dir.path().join("state"))
-        .arg("--api-socket")
-        .arg(&socket)
-        .arg("--prometheus-serve-addr")
-        .arg(format!("127.0.0.1:{metrics_port}"))
+    let options = AgentOptions::new(agent_binary(), "local", 9, &dir.path().join("state"))
+        .clustermesh_config(&config)
+        .metrics_port(metrics_port)
         .env("RUST_LOG", "info");
-    let mut agent =
-        LabProcess::spawn("meshwork-agent", command, &dir.path().join("agent.log")).unwrap();
+    let socket = options.socket();
+    let mut agent = AgentProcess::start(&options).unwrap();
 
     let status = until("c1 and c2 ready", || {
         status_json(&socket).filter(|s| s["clustermesh"]["ready"] == 2)
@@ -184,10 +155,13 @@ fn agent_status_json_metrics_drain_and_sigterm() {
         status_json(&socket).filter(|s| s["clustermesh"]["total"] == 2)
     });
 
-    agent.signal(nix::sys::signal::Signal::SIGTERM).unwrap();
+    agent
+        .process()
+        .signal(nix::sys::signal::Signal::SIGTERM)
+        .unwrap();
     let started = Instant::now();
     until("the agent exits after SIGTERM", || {
-        (!agent.is_running()).then_some(())
+        (!agent.process().is_running()).then_some(())
     });
     assert!(started.elapsed() < Duration::from_secs(10));
     assert!(!socket.exists(), "the agent removes its socket");

@@ -82,7 +82,10 @@ fn unreachable(socket: &Path, reason: &str) -> anyhow::Error {
 
 pub(crate) fn connect_error(err: &ConnectError) -> anyhow::Error {
     match err {
-        ConnectError::Socket { path, source } => {
+        ConnectError::Socket {
+            path,
+            error: source,
+        } => {
             let reason = match source.kind() {
                 io::ErrorKind::NotFound => "no such socket".to_owned(),
                 io::ErrorKind::ConnectionRefused => "connection refused".to_owned(),
@@ -94,7 +97,10 @@ pub(crate) fn connect_error(err: &ConnectError) -> anyhow::Error {
             };
             unreachable(path, &reason)
         }
-        ConnectError::Transport { path, source } => anyhow!(
+        ConnectError::Transport {
+            path,
+            error: source,
+        } => anyhow!(
             "cannot set up a gRPC connection to the agent at {}: {source} — is it meshwork-agent's API socket? (--socket / MESHWORK_SOCKET)",
             path.display()
         ),

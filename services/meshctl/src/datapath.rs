@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::Context as _;
-use meshwork_agent_core::datapath::maps::PinDir;
+use meshwork_datapath::maps::PinDir;
 use meshwork_proto::agent::v1 as pb;
 use meshwork_proto::agent::v1::datapath_client::DatapathClient;
 use serde::Serialize;

@@ -67,7 +67,7 @@ pub fn ensure_mounted() -> Result<()> {
     )
     .map_err(|e| LabError::Io {
         context: format!("mounting bpffs at {BPFFS} (needs root)"),
-        source: e.into(),
+        error: e.into(),
     })?;
     Ok(())
 }
@@ -98,11 +98,30 @@ fn sweep_stale() {
     }
 }
 
+/// How many entries the map pinned at `pin` holds, as `bpftool map dump` (an observer
+/// independent of the agent's own map code) sees them.
+pub fn pinned_len(pin: &Path) -> Result<usize> {
+    let dump = crate::process::run(
+        std::process::Command::new("bpftool")
+            .args(["map", "dump", "pinned"])
+            .arg(pin)
+            .arg("-j"),
+    )?;
+    let dump: serde_json::Value = serde_json::from_str(&dump).map_err(|err| {
+        LabError::CommandFailed {
+            command: format!("bpftool map dump pinned {}", pin.display()),
+            detail: format!("unreadable JSON: {err}"),
+        }
+    })?;
+    Ok(dump.as_array().map_or(0, Vec::len))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
+    #[ignore = "needs root and bpffs: `cargo xtask test` runs it"]
     fn a_root_is_created_and_removed_with_its_contents() {
         let root = BpfRoot::new().unwrap();
         let path = root.path().to_owned();

@@ -24,21 +24,22 @@ pub enum LabError {
         detail: String,
     },
     /// A condition was not met before its deadline.
-    #[error("timed out after {waited:?} waiting for {what}")]
+    #[error("timed out after {waited:?} waiting for {what}; last seen: {last}")]
     Timeout {
         /// What was awaited.
         what: String,
         /// How long it was awaited.
         waited: Duration,
+        /// What the last look saw.
+        last: String,
     },
     /// A file-system or process operation failed.
-    #[error("{context}: {source}")]
+    #[error("{context}: {error}")]
     Io {
         /// What was being done.
         context: String,
         /// The underlying error.
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// The Python venv that holds moto is missing.
     #[error("python venv not found at {path} (run `cargo xtask setup`)")]
@@ -52,6 +53,9 @@ impl LabError {
     /// Wraps an I/O error with what was being done.
     pub fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Self {
         let context = context.into();
-        move |source| Self::Io { context, source }
+        move |source| Self::Io {
+            context,
+            error: source,
+        }
     }
 }

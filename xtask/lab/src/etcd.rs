@@ -201,33 +201,39 @@ impl EtcdServer {
     }
 
     fn wait_healthy(&mut self) -> Result<()> {
-        let started = std::time::Instant::now();
-        loop {
-            if let Some(process) = self.process.as_mut() {
-                process.check_running()?;
-            }
-            if wait::port_open(self.client_port)
-                && self
-                    .etcdctl(ROOT_USER)
-                    .args(["endpoint", "health", "--command-timeout=1s"])
-                    .output()
-                    .is_ok_and(|o| o.status.success())
-            {
-                return Ok(());
-            }
-            if started.elapsed() > READY_TIMEOUT {
+        let what = format!("etcd {} to become healthy", self.name);
+        let health = wait::Wait::new(what)
+            .timeout(READY_TIMEOUT)
+            .until(|| self.health(), |health| !matches!(health, Ok(false)));
+        match health {
+            Ok(health) => health.map(drop),
+            Err(LabError::Timeout { what, waited, last }) => {
                 let tail = self
                     .process
                     .as_ref()
                     .map(LabProcess::log_tail)
                     .unwrap_or_default();
-                return Err(LabError::Timeout {
-                    what: format!("etcd {} to become healthy; log:\n{tail}", self.name),
-                    waited: started.elapsed(),
-                });
+                Err(LabError::Timeout {
+                    what: format!("{what}; log:\n{tail}"),
+                    waited,
+                    last,
+                })
             }
-            std::thread::sleep(Duration::from_millis(20));
+            Err(other) => Err(other),
         }
+    }
+
+    /// Whether the server answers its health check; an error when it exited.
+    fn health(&mut self) -> Result<bool> {
+        if let Some(process) = self.process.as_mut() {
+            process.check_running()?;
+        }
+        Ok(wait::port_open(self.client_port)
+            && self
+                .etcdctl(ROOT_USER)
+                .args(["endpoint", "health", "--command-timeout=1s"])
+                .output()
+                .is_ok_and(|o| o.status.success()))
     }
 
     /// An `etcdctl` command (API v3) aimed at this server. With TLS it authenticates with the

@@ -9,6 +9,7 @@
 //! namespace the lab made; see [`net`] for the root-namespace `unreachable` routes that are
 //! installed before any namespace address exists.
 
+pub mod agent;
 pub mod bpffs;
 pub mod cilium;
 pub mod error;

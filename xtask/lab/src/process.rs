@@ -68,6 +68,13 @@ impl LabProcess {
         lines[lines.len().saturating_sub(15)..].join("\n")
     }
 
+    /// How the process exited; `None` while it runs.
+    pub fn exit_status(&mut self) -> Option<std::process::ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+    }
+
     /// Whether the process is still running.
     pub fn is_running(&mut self) -> bool {
         self.child
@@ -92,7 +99,7 @@ impl LabProcess {
         let pid = Pid::from_raw(i32::try_from(self.pid()).unwrap_or(0));
         kill(pid, signal).map_err(|e| LabError::Io {
             context: format!("signalling {} ({pid})", self.name),
-            source: e.into(),
+            error: e.into(),
         })
     }
 

@@ -15,6 +15,7 @@ use meshwork_lab::{paths, wait};
 const SUITE_DEADLINE: Duration = Duration::from_secs(300);
 
 #[test]
+#[ignore = "needs the patched moto server: `cargo xtask test` runs it"]
 fn python_suite_passes_against_the_patched_server() {
     let server = MotoServer::start().expect("start meshwork_moto");
     let python = paths::venv_python().expect("venv python");
@@ -60,6 +61,7 @@ fn python_suite_passes_against_the_patched_server() {
 }
 
 #[test]
+#[ignore = "needs the patched moto server: `cargo xtask test` runs it"]
 fn control_endpoints_round_trip() {
     let server = MotoServer::start().expect("start meshwork_moto");
     server.reset().expect("reset");
@@ -82,6 +84,7 @@ fn control_endpoints_round_trip() {
 }
 
 #[test]
+#[ignore = "needs the patched moto server: `cargo xtask test` runs it"]
 fn drop_stops_the_server() {
     let server = MotoServer::start().expect("start meshwork_moto");
     let pid = server.pid();

@@ -74,6 +74,7 @@ fn pair(lab: &LabNet, net: u8) -> Pair {
 }
 
 #[test]
+#[ignore = "needs root and network namespaces: `cargo xtask test` runs it"]
 fn guard_routes_exist_before_addresses_and_go_with_the_last_guard() {
     let lab = LabNet::new().unwrap();
     // Before any namespace or address exists, the root namespace black-holes every range.
@@ -116,6 +117,7 @@ fn guard_routes_exist_before_addresses_and_go_with_the_last_guard() {
 }
 
 #[test]
+#[ignore = "needs root and network namespaces: `cargo xtask test` runs it"]
 fn addresses_outside_the_guarded_ranges_are_refused() {
     let lab = LabNet::new().unwrap();
     let a = lab.netns("r").unwrap();
@@ -146,6 +148,7 @@ fn addresses_outside_the_guarded_ranges_are_refused() {
 }
 
 #[test]
+#[ignore = "needs root and network namespaces: `cargo xtask test` runs it"]
 fn two_namespaces_reach_each_other_through_a_switch() {
     let keep_before =
         std::fs::read_to_string("/proc/sys/net/ipv6/conf/all/keep_addr_on_down").unwrap();
@@ -178,6 +181,7 @@ fn two_namespaces_reach_each_other_through_a_switch() {
 }
 
 #[test]
+#[ignore = "needs root and network namespaces: `cargo xtask test` runs it"]
 fn tcp_stream_between_namespaces_via_enter() {
     let lab = LabNet::new().unwrap();
     let p = pair(&lab, 2);
@@ -207,6 +211,7 @@ fn tcp_stream_between_namespaces_via_enter() {
 }
 
 #[test]
+#[ignore = "needs root and network namespaces: `cargo xtask test` runs it"]
 fn pods_route_through_their_nodes() {
     let lab = LabNet::new().unwrap();
     let switch = lab.switch("sw").unwrap();
@@ -242,6 +247,7 @@ fn pods_route_through_their_nodes() {
 }
 
 #[test]
+#[ignore = "needs root and network namespaces: `cargo xtask test` runs it"]
 fn link_down_partitions_and_heal_restores_routes() {
     let lab = LabNet::new().unwrap();
     let p = pair(&lab, 4);
@@ -266,6 +272,7 @@ fn link_down_partitions_and_heal_restores_routes() {
 }
 
 #[test]
+#[ignore = "needs root and network namespaces: `cargo xtask test` runs it"]
 fn nft_drop_partitions_and_heal() {
     let lab = LabNet::new().unwrap();
     let p = pair(&lab, 5);
@@ -303,6 +310,7 @@ fn nft_drop_partitions_and_heal() {
 }
 
 #[test]
+#[ignore = "needs root and network namespaces: `cargo xtask test` runs it"]
 fn namespaces_and_processes_are_gone_after_drop() {
     let lab = LabNet::new().unwrap();
     let a = lab.netns("d").unwrap();
@@ -339,6 +347,7 @@ fn namespaces_and_processes_are_gone_after_drop() {
 }
 
 #[test]
+#[ignore = "needs root and network namespaces: `cargo xtask test` runs it"]
 fn everything_is_removed_when_a_test_panics() {
     let names = Mutex::new(Vec::<String>::new());
     let pids = Mutex::new(Vec::<u32>::new());
@@ -377,6 +386,7 @@ fn everything_is_removed_when_a_test_panics() {
 }
 
 #[test]
+#[ignore = "needs root and network namespaces: `cargo xtask test` runs it"]
 fn stale_namespaces_of_dead_processes_are_swept() {
     // A PID that has just exited (and been reaped) stands for a killed test process.
     let mut child = Command::new("true").spawn().unwrap();
@@ -398,6 +408,7 @@ fn stale_namespaces_of_dead_processes_are_swept() {
 }
 
 #[test]
+#[ignore = "needs root and network namespaces: `cargo xtask test` runs it"]
 fn wireguard_go_starts_answers_and_cleans_up() {
     let lab = LabNet::new().unwrap();
     let a = lab.netns("w").unwrap();
@@ -472,6 +483,7 @@ fn wg_keypair(ns: &Netns) -> (String, String) {
 }
 
 #[test]
+#[ignore = "needs root and network namespaces: `cargo xtask test` runs it"]
 fn wireguard_tunnel_between_two_namespaces() {
     let lab = LabNet::new().unwrap();
     let a = lab.netns("wa").unwrap();

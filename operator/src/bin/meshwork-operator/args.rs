@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand};
+use meshwork_kvstore::EtcdConfig;
 use meshwork_operator::limits::{Limits, LimitsTable};
 use meshwork_operator::model::Tags;
 
@@ -15,7 +16,12 @@ use meshwork_operator::model::Tags;
 /// agent ever sees a pool IP whose ENI is unknown.
 ///
 /// Nodes live in Kubernetes (`--kube`) or in etcd (`--kvstore-endpoints`, key
-/// `meshwork/ciliumnodes/v1/<node>`, spec and status written in one transaction).
+/// `meshwork/ciliumnodes/v1/<node>`, spec and status written in one transaction; TLS to
+/// etcd with `--kvstore-trusted-ca-file`, and client-certificate auth with
+/// `--kvstore-cert-file` and `--kvstore-key-file`). etcd must answer at start.
+///
+/// `/metrics` answers in the classic Prometheus text format, or in OpenMetrics to scrapers
+/// that ask for it (`Accept: application/openmetrics-text`).
 #[derive(Debug, Parser)]
 #[command(name = "meshwork-operator", version, about, long_about)]
 pub struct Cli {
@@ -62,9 +68,36 @@ pub struct RunArgs {
     /// Kubeconfig file for `--kube` (default: $KUBECONFIG, ~/.kube/config, in-cluster).
     #[arg(long, env = "KUBECONFIG", requires = "kube")]
     pub kubeconfig: Option<PathBuf>,
-    /// etcd endpoints (comma-separated URLs) holding the CiliumNodes (kvstore mode).
+    /// etcd endpoints (comma-separated URLs) holding the CiliumNodes (kvstore mode);
+    /// `https://` ones with the TLS flags below.
     #[arg(long, value_delimiter = ',')]
     pub kvstore_endpoints: Vec<String>,
+    /// CA file (PEM) that signed etcd's server certificate: TLS to etcd.
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "kvstore_endpoints",
+        conflicts_with = "kube"
+    )]
+    pub kvstore_trusted_ca_file: Option<PathBuf>,
+    /// Client certificate file (PEM) presented to etcd; with etcd's client-certificate auth
+    /// its CN is the etcd user, which needs read and write access to
+    /// `meshwork/ciliumnodes/v1/`. Requires `--kvstore-key-file`.
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires_all = ["kvstore_endpoints", "kvstore_key_file"],
+        conflicts_with = "kube"
+    )]
+    pub kvstore_cert_file: Option<PathBuf>,
+    /// Private key file (PEM) of `--kvstore-cert-file`.
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "kvstore_cert_file",
+        conflicts_with = "kube"
+    )]
+    pub kvstore_key_file: Option<PathBuf>,
 
     /// Allocate /28 prefixes instead of single addresses on nitro instances.
     #[arg(long)]
@@ -100,7 +133,8 @@ pub struct RunArgs {
     #[arg(long, value_parser = parse_limit_mapping, value_name = "TYPE=ADAPTERS,IPV4,IPV6")]
     pub aws_instance_limit_mapping: Vec<(String, Limits)>,
 
-    /// Address of `/metrics` and `/healthz` (empty disables).
+    /// Address of `/metrics` (classic Prometheus text, or OpenMetrics when asked for) and
+    /// `/healthz` (empty disables).
     #[arg(long, default_value = "127.0.0.1:9963")]
     pub prometheus_serve_addr: String,
     /// Address of the `meshwork.operator.v1.NodeIpam` gRPC service, which serves each node
@@ -114,8 +148,8 @@ pub struct RunArgs {
 pub enum StoreChoice {
     /// The Kubernetes API, with an optional kubeconfig.
     Kube(Option<PathBuf>),
-    /// etcd at these endpoints.
-    Etcd(Vec<String>),
+    /// etcd, as configured by the `--kvstore-*` flags.
+    Etcd(EtcdConfig),
 }
 
 impl RunArgs {
@@ -123,7 +157,12 @@ impl RunArgs {
     pub fn store(&self) -> anyhow::Result<StoreChoice> {
         match (self.kube, self.kvstore_endpoints.is_empty()) {
             (true, true) => Ok(StoreChoice::Kube(self.kubeconfig.clone())),
-            (false, false) => Ok(StoreChoice::Etcd(self.kvstore_endpoints.clone())),
+            (false, false) => Ok(StoreChoice::Etcd(EtcdConfig {
+                endpoints: self.kvstore_endpoints.clone(),
+                trusted_ca_file: self.kvstore_trusted_ca_file.clone(),
+                cert_file: self.kvstore_cert_file.clone(),
+                key_file: self.kvstore_key_file.clone(),
+            })),
             (false, true) => bail!("choose a store: --kube or --kvstore-endpoints"),
             (true, false) => bail!("--kube and --kvstore-endpoints exclude each other"),
         }
@@ -271,13 +310,51 @@ mod tests {
         ]);
         assert_eq!(
             cli.run.store().expect("store"),
-            StoreChoice::Etcd(vec!["http://127.0.0.1:1".to_owned()])
+            StoreChoice::Etcd(EtcdConfig::new(["http://127.0.0.1:1"]))
         );
         assert!(Cli::parse_from(["meshwork-operator"]).run.store().is_err());
         assert!(
             Cli::try_parse_from(["meshwork-operator", "--kube", "--kvstore-endpoints", "x"])
                 .is_err()
         );
+    }
+
+    #[test]
+    fn kvstore_tls_flags_configure_etcd_and_come_as_cert_and_key() {
+        let cli = Cli::parse_from([
+            "meshwork-operator",
+            "--kvstore-endpoints",
+            "https://127.0.0.1:1",
+            "--kvstore-trusted-ca-file",
+            "/tls/ca.crt",
+            "--kvstore-cert-file",
+            "/tls/operator.crt",
+            "--kvstore-key-file",
+            "/tls/operator.key",
+        ]);
+        let StoreChoice::Etcd(config) = cli.run.store().expect("store") else {
+            panic!("kvstore mode");
+        };
+        assert_eq!(config.endpoints, ["https://127.0.0.1:1"]);
+        assert_eq!(config.trusted_ca_file, Some("/tls/ca.crt".into()));
+        assert_eq!(config.cert_file, Some("/tls/operator.crt".into()));
+        assert_eq!(config.key_file, Some("/tls/operator.key".into()));
+        for partial in [
+            &["--kvstore-endpoints", "x", "--kvstore-cert-file", "c"][..],
+            &["--kvstore-endpoints", "x", "--kvstore-key-file", "k"][..],
+            &["--kvstore-trusted-ca-file", "ca"][..],
+            &["--kube", "--kvstore-trusted-ca-file", "ca"][..],
+            &[
+                "--kube",
+                "--kvstore-cert-file",
+                "c",
+                "--kvstore-key-file",
+                "k",
+            ][..],
+        ] {
+            let args = std::iter::once("meshwork-operator").chain(partial.iter().copied());
+            assert!(Cli::try_parse_from(args).is_err(), "{partial:?}");
+        }
     }
 
     #[test]

@@ -5,7 +5,6 @@
 //! Kubernetes can never drift from the code.
 
 mod args;
-mod http;
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -15,6 +14,8 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Parser;
 use kube::CustomResourceExt;
+use meshwork_http::MetricsServer;
+use meshwork_kvstore::{EtcdBackend, KvstoreMetrics, WatchStoreOptions};
 use meshwork_operator::cilium_node::CiliumNode;
 use meshwork_operator::ec2::{Ec2, Ec2Config, Ec2Metrics, SubnetFilter};
 use meshwork_operator::grpc::NodeIpamService;
@@ -26,8 +27,12 @@ use meshwork_operator::manager::{
 use meshwork_operator::node_store::{EtcdStore, KubeStore, NodeStore};
 use prometheus_client::registry::Registry;
 use tokio::signal::unix::{SignalKind, signal};
+use tokio_util::sync::CancellationToken;
 
 use args::{Cli, Command, RunArgs, StoreChoice};
+
+/// How long etcd has to answer at start.
+const ETCD_CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
@@ -85,8 +90,9 @@ async fn operate(
         .context("setting up EC2")?;
     let mut terminate = signal(SignalKind::terminate()).context("SIGTERM handler")?;
     let mut interrupt = signal(SignalKind::interrupt()).context("SIGINT handler")?;
-    let listener = match addrs.metrics {
-        Some(addr) => Some(http::bind(addr).await?),
+    // Bound before anything starts, so a taken port fails the start (address and OS error).
+    let metrics_server = match addrs.metrics {
+        Some(addr) => Some(MetricsServer::bind(addr).await?),
         None => None,
     };
     let grpc_listener = match addrs.grpc {
@@ -100,14 +106,22 @@ async fn operate(
 
     let snapshots: Option<actix::Recipient<GetSnapshot>>;
     match store {
-        StoreChoice::Etcd(endpoints) => {
-            let client = etcd_client::Client::connect(&endpoints, None)
-                .await
-                .with_context(|| format!("connecting to etcd at {endpoints:?}"))?;
-            let operator = start(&run, ec2, EtcdStore::new(client.clone()));
+        StoreChoice::Etcd(config) => {
+            // The error names the endpoints and the cause (TLS file, handshake, timeout).
+            let backend = EtcdBackend::connect(&config, ETCD_CONNECT_TIMEOUT).await?;
+            let options = WatchStoreOptions {
+                metrics: KvstoreMetrics::register(&mut registry),
+                ..WatchStoreOptions::new(run.cluster_name.clone())
+            };
+            let operator = start(&run, ec2, EtcdStore::new(backend.clone()));
             snapshots = Some(operator.nodes.clone().recipient());
-            tokio::spawn(watch::watch_etcd(client, operator.nodes.recipient()));
-            tracing::info!(?endpoints, "watching CiliumNodes in etcd");
+            tokio::spawn(watch::watch_etcd(
+                backend,
+                operator.nodes.recipient(),
+                options,
+            ));
+            tracing::info!(endpoints = ?config.endpoints, tls = config.uses_tls(),
+                "watching CiliumNodes in etcd");
         }
         StoreChoice::Kube(kubeconfig) => {
             let client = kube_client(kubeconfig).await?;
@@ -133,20 +147,15 @@ async fn operate(
                 }),
         )
     });
-    let (stop_http, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = listener.map(|listener| {
-        tracing::info!(addr = ?listener.local_addr().ok(), "serving /metrics and /healthz");
-        tokio::spawn(http::serve(listener, Arc::new(registry), async move {
-            let _ = stopped.await;
-        }))
-    });
+    let stop_http = CancellationToken::new();
+    let server = metrics_server.map(|server| server.serve(registry, None, stop_http.clone()));
     tokio::select! {
         _ = terminate.recv() => tracing::info!("SIGTERM: stopping"),
         _ = interrupt.recv() => tracing::info!("SIGINT: stopping"),
     }
     // Passes in flight are dropped: an ENI created but not yet attached is collected by the
     // next operator's GC (it carries the cluster's tags).
-    drop(stop_http);
+    stop_http.cancel();
     drop(stop_grpc);
     if let Some(grpc) = grpc {
         match tokio::time::timeout(Duration::from_secs(5), grpc).await {
@@ -157,7 +166,7 @@ async fn operate(
     }
     if let Some(server) = server {
         match tokio::time::timeout(Duration::from_secs(5), server).await {
-            Ok(Ok(result)) => result?,
+            Ok(Ok(())) => {}
             Ok(Err(err)) => tracing::warn!(%err, "metrics server task failed"),
             Err(_) => tracing::warn!("metrics server did not stop in time"),
         }

@@ -39,7 +39,7 @@ impl RouteGuard {
                 Flock::lock(open_lock(&range)?, FlockArg::LockShared).map_err(|(_, errno)| {
                     LabError::Io {
                         context: format!("taking the shared lock for {range}"),
-                        source: errno.into(),
+                        error: errno.into(),
                     }
                 })?;
             // Pushed before the route is added: if adding fails, drop still cleans up.
@@ -62,7 +62,7 @@ impl Drop for RouteGuard {
         let check = open_check_lock().and_then(|file| {
             Flock::lock(file, FlockArg::LockShared).map_err(|(_, errno)| LabError::Io {
                 context: "taking the shared check lock".to_owned(),
-                source: errno.into(),
+                error: errno.into(),
             })
         });
         for (range, lock) in self.held.drain(..).rev() {
@@ -89,7 +89,7 @@ pub fn with_no_guard_alive<T>(check: impl FnOnce() -> T) -> Result<Option<T>> {
         Flock::lock(open_check_lock()?, FlockArg::LockExclusive).map_err(|(_, errno)| {
             LabError::Io {
                 context: "taking the exclusive check lock".to_owned(),
-                source: errno.into(),
+                error: errno.into(),
             }
         })?;
     let mut locks = Vec::new();
@@ -100,7 +100,7 @@ pub fn with_no_guard_alive<T>(check: impl FnOnce() -> T) -> Result<Option<T>> {
             Err((_, errno)) => {
                 return Err(LabError::Io {
                     context: format!("probing the lock for {range}"),
-                    source: errno.into(),
+                    error: errno.into(),
                 });
             }
         }

@@ -368,7 +368,7 @@ impl Netns {
                     nix::sched::setns(&file, CloneFlags::CLONE_NEWNET).map_err(|errno| {
                         LabError::Io {
                             context: "setns into the lab namespace".to_owned(),
-                            source: errno.into(),
+                            error: errno.into(),
                         }
                     })?;
                     let now = std::fs::metadata("/proc/thread-self/ns/net")

@@ -1,0 +1,321 @@
+//! One remote cluster's connection loop: connect, fetch and validate the cluster config,
+//! reserve the cluster ID, run the stores behind the canary manager, and watch the cluster
+//! config as the watchdog. Any failure disconnects, counts, and reconnects after a backoff
+//! (at most 30 s); a changed cluster ID drains the stores and starts over.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use actix::Recipient;
+use backon::{BackoffBuilder, ExponentialBuilder};
+use meshwork_kvstore::{
+    EtcdBackend, KvstoreError, KvstoreMetrics, WatchEvent, WatchStoreManager, keys,
+};
+use meshwork_types::{ClusterConfig, ClusterConfigError};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::prefixes::ClusterPrefixes;
+use super::stores::{ClusterStores, StoreStatuses};
+use crate::cluster_ids::{ReserveClusterId, ReserveError};
+use crate::config_dir::RemoteClusterConfig;
+use crate::events::{ClusterRef, Sinks};
+
+/// Settings shared by every remote cluster of the agent.
+#[derive(Debug, Clone)]
+pub struct MeshSettings {
+    /// Our own cluster's name.
+    pub local_cluster: String,
+    /// `--max-connected-clusters` (255 or 511).
+    pub max_connected_clusters: u32,
+    /// How long one connection attempt may take.
+    pub connect_timeout: Duration,
+    /// First delay before reconnecting.
+    pub min_retry_delay: Duration,
+    /// Longest delay between reconnects (Cilium: 30 s).
+    pub max_retry_delay: Duration,
+}
+
+impl MeshSettings {
+    /// Cilium's defaults for `local_cluster`.
+    pub fn new(local_cluster: impl Into<String>) -> Self {
+        Self {
+            local_cluster: local_cluster.into(),
+            max_connected_clusters: meshwork_types::DEFAULT_MAX_CONNECTED_CLUSTERS,
+            connect_timeout: Duration::from_secs(10),
+            min_retry_delay: Duration::from_secs(1),
+            max_retry_delay: Duration::from_secs(30),
+        }
+    }
+}
+
+/// What the connection loop reports about itself.
+#[derive(Debug, Clone, Default)]
+pub struct ConnectionState {
+    /// The etcd connection is up.
+    pub connected: bool,
+    /// The retrieved cluster ID.
+    pub cluster_id: u32,
+    /// `cilium/.has-cluster-config` exists.
+    pub config_required: bool,
+    /// The config was retrieved and validated.
+    pub config_retrieved: bool,
+    /// Failures so far.
+    pub failures: u64,
+    /// When the last one happened.
+    pub last_failure: Option<SystemTime>,
+    /// What keeps the cluster from being ready now.
+    pub last_error: Option<String>,
+    /// The current stores' live status (none before the first connection got an ID).
+    pub stores: Option<Arc<StoreStatuses>>,
+}
+
+/// Why a connection attempt ended.
+#[derive(Debug, thiserror::Error)]
+pub enum RemoteClusterError {
+    /// etcd is unreachable or failed.
+    #[error(transparent)]
+    Kvstore(#[from] KvstoreError),
+    /// The remote says a config is required but has none.
+    #[error("cluster configuration expected but not found (cilium/cluster-config/{0})")]
+    ConfigMissing(String),
+    /// The config does not decode.
+    #[error("invalid cluster configuration: {0}")]
+    ConfigMalformed(String),
+    /// The config is not acceptable for this agent.
+    #[error("invalid cluster configuration: {0}")]
+    ConfigInvalid(ClusterConfigError),
+    /// The ID could not be reserved (another remote cluster holds it).
+    #[error(transparent)]
+    Reserve(#[from] ReserveError),
+    /// The config was deleted while required.
+    #[error("cluster configuration was removed")]
+    ConfigRemoved,
+    /// The mesh is gone (agent shutting down).
+    #[error("the cluster mesh stopped")]
+    MeshGone,
+}
+
+// The cause is in the message: converting does not also make it the error's source, so no
+// chain prints it twice.
+impl From<ClusterConfigError> for RemoteClusterError {
+    fn from(error: ClusterConfigError) -> Self {
+        Self::ConfigInvalid(error)
+    }
+}
+
+enum Ended {
+    Cancelled,
+    Restart(&'static str),
+}
+
+/// Everything the loop of one remote cluster needs.
+pub struct Runner {
+    /// The cluster (incarnation) the loop connects.
+    pub cluster: ClusterRef,
+    /// The cluster's config file content.
+    pub config: RemoteClusterConfig,
+    /// Agent-wide settings.
+    pub settings: MeshSettings,
+    /// Where the stores send.
+    pub sinks: Sinks,
+    /// Cluster ID reservations.
+    pub ids: Recipient<ReserveClusterId>,
+    /// Store metrics.
+    pub metrics: KvstoreMetrics,
+    /// Published state.
+    pub state: watch::Sender<ConnectionState>,
+}
+
+impl Runner {
+    /// Runs until `cancel` fires, with the stores an earlier run of this cluster left (kept
+    /// across connections; replaced when the cluster ID changes). Returns the stores.
+    pub async fn run(
+        self,
+        mut stores: Option<ClusterStores>,
+        cancel: CancellationToken,
+    ) -> Option<ClusterStores> {
+        let name = self.config.name.clone();
+        let mut backoff = self.backoff();
+        loop {
+            if cancel.is_cancelled() {
+                break;
+            }
+            match self.connection(&mut stores, &cancel).await {
+                Ok(Ended::Cancelled) => break,
+                Ok(Ended::Restart(why)) => {
+                    tracing::info!(cluster = %name, why, "reconnecting to the remote cluster");
+                    backoff = self.backoff();
+                }
+                Err(err) => {
+                    tracing::warn!(cluster = %name, %err, "remote cluster connection failed; retrying");
+                    self.state.send_modify(|s| {
+                        s.connected = false;
+                        s.failures += 1;
+                        s.last_failure = Some(SystemTime::now());
+                        s.last_error = Some(err.to_string());
+                    });
+                    let delay = backoff.next().unwrap_or(self.settings.max_retry_delay);
+                    tokio::select! {
+                        () = cancel.cancelled() => break,
+                        () = tokio::time::sleep(delay) => {}
+                    }
+                }
+            }
+        }
+        self.state.send_modify(|s| s.connected = false);
+        stores
+    }
+
+    fn backoff(&self) -> impl Iterator<Item = Duration> + use<> {
+        ExponentialBuilder::default()
+            .with_min_delay(self.settings.min_retry_delay)
+            .with_max_delay(self.settings.max_retry_delay)
+            .with_jitter()
+            .without_max_times()
+            .build()
+    }
+
+    async fn connection(
+        &self,
+        stores: &mut Option<ClusterStores>,
+        cancel: &CancellationToken,
+    ) -> Result<Ended, RemoteClusterError> {
+        let name = &self.config.name;
+        let backend = tokio::select! {
+            () = cancel.cancelled() => return Ok(Ended::Cancelled),
+            backend = EtcdBackend::connect(&self.config.etcd, self.settings.connect_timeout) => backend?,
+        };
+        // What the previous connection retrieved is not known to hold any more.
+        self.state.send_modify(|s| {
+            s.connected = true;
+            s.config_retrieved = false;
+            s.cluster_id = 0;
+        });
+        let (config, revision) = self.fetch_config(&backend).await?;
+        self.state.send_modify(|s| {
+            s.cluster_id = config.id;
+            s.config_retrieved = s.config_required || config.id != 0;
+        });
+        if config.id != 0 {
+            self.ids
+                .send(ReserveClusterId {
+                    cluster: self.cluster.clone(),
+                    id: config.id,
+                })
+                .await
+                .map_err(|_| RemoteClusterError::MeshGone)??;
+        }
+        self.state.send_modify(|s| s.last_error = None);
+        let stores = self.stores_for(stores, config.id).await;
+
+        let connection = cancel.child_token();
+        let mut manager = if config.capabilities.synced_canaries {
+            WatchStoreManager::sync(backend.clone(), name.clone(), self.metrics.clone())
+        } else {
+            WatchStoreManager::immediate(name.clone())
+        };
+        let prefixes = ClusterPrefixes::new(name, config.capabilities.cached);
+        stores.register(&mut manager, &backend, &prefixes);
+        let manager = tokio::spawn(manager.run(connection.clone()));
+        let ended = self.watch_config(&backend, &config, revision, cancel).await;
+        connection.cancel();
+        let _ = manager.await;
+        self.state.send_modify(|s| s.connected = false);
+        ended
+    }
+
+    /// Reads and validates the cluster config; returns it and the revision it was read at.
+    async fn fetch_config(
+        &self,
+        backend: &EtcdBackend,
+    ) -> Result<(ClusterConfig, i64), RemoteClusterError> {
+        let name = &self.config.name;
+        let required = backend.get(keys::HAS_CLUSTER_CONFIG_KEY).await?.is_some();
+        self.state.send_modify(|s| s.config_required = required);
+        let key = format!("{}/{name}", keys::CLUSTER_CONFIG_PREFIX);
+        let revision = backend.revision(&key).await?;
+        let Some((value, _)) = backend.get(&key).await? else {
+            if required {
+                return Err(RemoteClusterError::ConfigMissing(name.clone()));
+            }
+            // Old remotes without a config: no ID, no capabilities.
+            return Ok((ClusterConfig::default(), revision));
+        };
+        let config = ClusterConfig::from_json(&value)
+            .map_err(|e| RemoteClusterError::ConfigMalformed(e.to_string()))?;
+        config.validate_remote(self.settings.max_connected_clusters)?;
+        Ok((config, revision))
+    }
+
+    /// The stores for `cluster_id`: the existing ones, or new ones after draining the old.
+    async fn stores_for<'s>(
+        &self,
+        slot: &'s mut Option<ClusterStores>,
+        cluster_id: u32,
+    ) -> &'s ClusterStores {
+        if slot.as_ref().is_some_and(|s| s.cluster_id() != cluster_id)
+            && let Some(old) = slot.take()
+        {
+            tracing::info!(cluster = %self.config.name, old = old.cluster_id(), new = cluster_id,
+                "cluster ID changed: draining what the cluster contributed");
+            old.drain().await;
+        }
+        let stores = slot.get_or_insert_with(|| {
+            ClusterStores::new(
+                self.cluster.clone(),
+                cluster_id,
+                self.settings.max_connected_clusters,
+                &self.metrics,
+                self.sinks.clone(),
+            )
+        });
+        let statuses = stores.statuses();
+        self.state.send_modify(|s| s.stores = Some(statuses));
+        stores
+    }
+
+    /// The watchdog: follows the cluster config. A change of ID or capabilities restarts the
+    /// connection; a broken watch is a failure.
+    async fn watch_config(
+        &self,
+        backend: &EtcdBackend,
+        current: &ClusterConfig,
+        revision: i64,
+        cancel: &CancellationToken,
+    ) -> Result<Ended, RemoteClusterError> {
+        let key = format!("{}/{}", keys::CLUSTER_CONFIG_PREFIX, self.config.name);
+        let mut watch = backend.watch(&key, revision + 1).await?;
+        loop {
+            let batch = tokio::select! {
+                () = cancel.cancelled() => return Ok(Ended::Cancelled),
+                batch = watch.next() => batch?,
+            };
+            let Some(events) = batch else {
+                return Err(KvstoreError::WatchClosed(key).into());
+            };
+            for event in events {
+                match event {
+                    WatchEvent::Put { key: k, value, .. } if k == key.as_bytes() => {
+                        let Ok(config) = ClusterConfig::from_json(&value) else {
+                            tracing::warn!(cluster = %self.config.name, "ignoring a malformed cluster config update");
+                            continue;
+                        };
+                        if config.id != current.id {
+                            return Ok(Ended::Restart("cluster ID changed"));
+                        }
+                        if config.capabilities != current.capabilities {
+                            return Ok(Ended::Restart("capabilities changed"));
+                        }
+                    }
+                    WatchEvent::Delete { key: k, .. }
+                        if k == key.as_bytes() && self.state.borrow().config_required =>
+                    {
+                        return Err(RemoteClusterError::ConfigRemoved);
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+}

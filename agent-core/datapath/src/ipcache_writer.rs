@@ -1,0 +1,310 @@
+//! What the ipcache map should hold, and writing the difference in batches. A plain state
+//! machine: the actor feeds it events and flushes it after each batch.
+
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use super::bpf_sys::BatchError;
+use super::ipcache_map::{self, EntryError, IpCacheKey, RemoteEndpointInfo};
+use super::maps::IpCacheMap;
+use meshwork_types::Change;
+use meshwork_types::IpCacheEntry;
+
+/// Who put an entry in the map; only the owner deletes it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Owner {
+    /// A local endpoint, by ID.
+    Endpoint(u64),
+    /// A remote cluster, by name.
+    Cluster(Arc<str>),
+}
+
+/// Outcome counters of the writer, read by metrics and status.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct WriterStats {
+    /// Entries rejected, by [`EntryError::reason`].
+    pub rejected: HashMap<&'static str, u64>,
+    /// Writes refused because the map is full.
+    pub map_full: u64,
+    /// Other write failures.
+    pub write_errors: u64,
+    /// Entries written (upserts) since start.
+    pub written: u64,
+    /// Entries deleted since start.
+    pub deleted: u64,
+}
+
+/// Desired ipcache content and the writes not yet flushed.
+pub struct IpCacheWriter {
+    local_node: Option<IpAddr>,
+    desired: HashMap<IpCacheKey, (Owner, RemoteEndpointInfo)>,
+    /// Keys each local endpoint has set (a superset: a key another owner took since is
+    /// skipped on removal), so replacing an endpoint does not walk every remote entry.
+    endpoint_keys: HashMap<u64, Vec<IpCacheKey>>,
+    pending: HashMap<IpCacheKey, Option<RemoteEndpointInfo>>,
+    batch_supported: bool,
+    stats: WriterStats,
+}
+
+impl IpCacheWriter {
+    /// A writer for a node whose own IP is `local_node` (its entries get tunnel endpoint 0).
+    pub fn new(local_node: Option<IpAddr>) -> Self {
+        Self {
+            local_node,
+            desired: HashMap::new(),
+            endpoint_keys: HashMap::new(),
+            pending: HashMap::new(),
+            batch_supported: true,
+            stats: WriterStats::default(),
+        }
+    }
+
+    /// Upserts `entry` for `owner`; a rejected entry is counted and never written.
+    pub fn upsert(&mut self, owner: Owner, entry: &IpCacheEntry) -> Result<(), EntryError> {
+        let (key, value) = ipcache_map::encode(entry, self.local_node).inspect_err(|err| {
+            *self.stats.rejected.entry(err.reason()).or_default() += 1;
+        })?;
+        self.set(owner, key, value);
+        Ok(())
+    }
+
+    /// Applies one remote cluster's change; a rejected upsert is counted and never written.
+    pub fn apply_remote(
+        &mut self,
+        cluster: &Arc<str>,
+        change: &Change<IpCacheEntry>,
+    ) -> Result<(), EntryError> {
+        let owner = Owner::Cluster(cluster.clone());
+        match change {
+            Change::Upsert(entry) => self.upsert(owner, entry),
+            Change::Delete(entry) => {
+                self.delete(&owner, entry);
+                Ok(())
+            }
+        }
+    }
+
+    /// Replaces local endpoint `id`'s entries: each IP a host entry of `identity` on this node
+    /// (tunnel 0). Answers the IPs refused (identity 0).
+    pub fn set_local(&mut self, id: u64, ips: &[IpAddr], identity: u32) -> Vec<IpAddr> {
+        let owner = Owner::Endpoint(id);
+        self.remove_owner(&owner);
+        let mut refused = Vec::new();
+        for &ip in ips {
+            let len = if ip.is_ipv4() { 32 } else { 128 };
+            match IpCacheKey::new(ip, len, 0) {
+                Ok(key) if identity != 0 => {
+                    self.set(
+                        owner.clone(),
+                        key,
+                        RemoteEndpointInfo::new(identity, None, 0),
+                    );
+                }
+                _ => refused.push(ip),
+            }
+        }
+        refused
+    }
+
+    /// Upserts an already encoded entry.
+    pub fn set(&mut self, owner: Owner, key: IpCacheKey, value: RemoteEndpointInfo) {
+        let unchanged = self
+            .desired
+            .get(&key)
+            .is_some_and(|(o, v)| *o == owner && *v == value);
+        if !unchanged {
+            if let Owner::Endpoint(id) = owner {
+                let keys = self.endpoint_keys.entry(id).or_default();
+                if !keys.contains(&key) {
+                    keys.push(key);
+                }
+            }
+            self.desired.insert(key, (owner, value));
+            self.pending.insert(key, Some(value));
+        }
+    }
+
+    /// Deletes the entry of `prefix` if `owner` put it there.
+    pub fn delete(&mut self, owner: &Owner, entry: &IpCacheEntry) {
+        let Ok(key) = IpCacheKey::new(entry.prefix.addr(), entry.prefix.prefix_len(), 0) else {
+            return;
+        };
+        self.remove_key(owner, key);
+    }
+
+    /// Deletes `key` if `owner` put it there.
+    pub fn remove_key(&mut self, owner: &Owner, key: IpCacheKey) {
+        if let Entry::Occupied(current) = self.desired.entry(key)
+            && current.get().0 == *owner
+        {
+            current.remove();
+            self.pending.insert(key, None);
+        }
+    }
+
+    /// Deletes everything `owner` contributed (a removed cluster, a deleted endpoint). An
+    /// endpoint's keys come from its index; a cluster (removed rarely) takes a walk.
+    pub fn remove_owner(&mut self, owner: &Owner) {
+        let keys: Vec<_> = match owner {
+            Owner::Endpoint(id) => self.endpoint_keys.remove(id).unwrap_or_default(),
+            Owner::Cluster(_) => self
+                .desired
+                .iter()
+                .filter(|(_, (o, _))| o == owner)
+                .map(|(k, _)| *k)
+                .collect(),
+        };
+        for key in keys {
+            self.remove_key(owner, key);
+        }
+    }
+
+    /// Writes the pending changes: upserts in one batched call where the kernel batches this
+    /// map, then deletes. A full map is counted and reported once per flush; the entries that
+    /// did not fit are dropped from the pending set, not retried in a loop.
+    pub fn flush(&mut self, map: &mut IpCacheMap) -> Result<(), FlushError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let mut keys = Vec::with_capacity(self.pending.len());
+        let mut values = Vec::with_capacity(self.pending.len());
+        let mut deletes = Vec::new();
+        for (key, value) in self.pending.drain() {
+            match value {
+                Some(value) => {
+                    keys.push(key);
+                    values.push(value);
+                }
+                None => deletes.push(key),
+            }
+        }
+        let mut outcome = Ok(());
+        // Deletes first: they free room for the upserts.
+        for key in &deletes {
+            match map.remove(key) {
+                Ok(()) => self.stats.deleted += 1,
+                Err(err) => {
+                    self.stats.write_errors += 1;
+                    outcome = Err(FlushError::Write(syscall_error(err)));
+                }
+            }
+        }
+        let (written, error) = self.write_upserts(map, &keys, &values);
+        self.stats.written += written as u64;
+        if let Some(err) = error {
+            let failed = keys.len() - written;
+            if err.raw_os_error() == Some(libc::ENOSPC) || err.raw_os_error() == Some(libc::E2BIG) {
+                self.stats.map_full += failed as u64;
+                // Not desired any more: a later flush must not re-send them forever.
+                for key in &keys[written..] {
+                    self.desired.remove(key);
+                }
+                return Err(FlushError::MapFull { failed });
+            }
+            self.stats.write_errors += failed as u64;
+            outcome = Err(FlushError::Write(err));
+        }
+        outcome
+    }
+
+    fn write_upserts(
+        &mut self,
+        map: &mut IpCacheMap,
+        keys: &[IpCacheKey],
+        values: &[RemoteEndpointInfo],
+    ) -> (usize, Option<std::io::Error>) {
+        if self.batch_supported {
+            match map.update_batch(keys, values) {
+                Ok(()) => return (keys.len(), None),
+                Err(BatchError::Unsupported(_)) => self.batch_supported = false,
+                Err(BatchError::Failed { done, error }) => return (done, Some(error)),
+            }
+        }
+        for (done, (key, value)) in keys.iter().zip(values).enumerate() {
+            if let Err(error) = map.insert(key, value) {
+                return (done, Some(syscall_error(error)));
+            }
+        }
+        (keys.len(), None)
+    }
+
+    /// Entries the map should hold now.
+    pub fn len(&self) -> usize {
+        self.desired.len()
+    }
+
+    /// True when the map should be empty.
+    pub fn is_empty(&self) -> bool {
+        self.desired.is_empty()
+    }
+
+    /// Whether `key` is desired, and by whom.
+    pub fn owner(&self, key: &IpCacheKey) -> Option<&Owner> {
+        self.desired.get(key).map(|(o, _)| o)
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &WriterStats {
+        &self.stats
+    }
+}
+
+/// The OS error behind a failed map call (map-full is told apart by its errno).
+fn syscall_error(error: aya::maps::MapError) -> std::io::Error {
+    match error {
+        aya::maps::MapError::SyscallError(err) => err.io_error,
+        other => std::io::Error::other(other),
+    }
+}
+
+/// Why a flush did not write everything.
+#[derive(Debug, thiserror::Error)]
+pub enum FlushError {
+    /// The map is full; `failed` entries were not written.
+    #[error("the ipcache map is full: {failed} entries not written")]
+    MapFull {
+        /// Entries not written.
+        failed: usize,
+    },
+    /// A write failed.
+    #[error("writing the ipcache map: {0}")]
+    Write(std::io::Error),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(ip: &str) -> IpCacheKey {
+        IpCacheKey::new(ip.parse().unwrap(), 32, 0).unwrap()
+    }
+
+    #[test]
+    fn replacing_an_endpoint_removes_only_what_it_still_owns() {
+        let mut writer = IpCacheWriter::new(None);
+        let cluster = Owner::Cluster(Arc::from("b"));
+        for i in 0..100 {
+            let k = key(&format!("10.214.0.{i}"));
+            writer.set(cluster.clone(), k, RemoteEndpointInfo::new(70_000, None, 0));
+        }
+        let ips: Vec<IpAddr> = vec!["10.1.0.1".parse().unwrap(), "10.1.0.2".parse().unwrap()];
+        assert!(writer.set_local(7, &ips, 1000).is_empty());
+        // Another owner takes one of the endpoint's keys.
+        writer.set(
+            cluster.clone(),
+            key("10.1.0.2"),
+            RemoteEndpointInfo::new(70_001, None, 0),
+        );
+
+        assert!(writer.set_local(7, &ips[..0], 1000).is_empty());
+        assert_eq!(writer.owner(&key("10.1.0.1")), None);
+        assert_eq!(writer.owner(&key("10.1.0.2")), Some(&cluster));
+        assert_eq!(writer.len(), 101);
+
+        writer.remove_owner(&Owner::Endpoint(7));
+        writer.remove_owner(&cluster);
+        assert!(writer.is_empty());
+    }
+}

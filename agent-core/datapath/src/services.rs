@@ -1,0 +1,281 @@
+//! Global services from remote clusters as Cilium's lb4 maps: per frontend (VIP, port,
+//! protocol) a master slot counting the backends and one slot per backend, backends by ID.
+//! A plain state machine computing the desired content; [`super::pinned_sync`] writes it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+
+use meshwork_types::{ClusterService, L4Type};
+
+/// `struct lb4_key` (12 bytes).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Lb4Key {
+    /// The VIP, network order.
+    pub address: [u8; 4],
+    /// The port, network order.
+    pub dport: [u8; 2],
+    /// 0: the master; 1..=count: a backend.
+    pub backend_slot: u16,
+    /// IP protocol number.
+    pub proto: u8,
+    /// 0: external scope.
+    pub scope: u8,
+    /// Zero.
+    pub pad: [u8; 2],
+}
+
+/// `struct lb4_service` (12 bytes).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Lb4Service {
+    /// The backend of this slot (0 in the master).
+    pub backend_id: u32,
+    /// Backends of the frontend (in the master).
+    pub count: u16,
+    /// The reverse-NAT index of the frontend.
+    pub rev_nat_index: u16,
+    /// Flags.
+    pub flags: u8,
+    /// More flags.
+    pub flags2: u8,
+    /// Zero.
+    pub pad: [u8; 2],
+}
+
+/// `struct lb4_backend` (12 bytes).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Lb4Backend {
+    /// The backend IP, network order.
+    pub address: [u8; 4],
+    /// The backend port, network order.
+    pub port: [u8; 2],
+    /// IP protocol number.
+    pub proto: u8,
+    /// Flags.
+    pub flags: u8,
+    /// The cluster the backend is in.
+    pub cluster_id: u16,
+    /// Zone.
+    pub zone: u8,
+    /// Zero.
+    pub pad: u8,
+}
+
+// SAFETY: repr(C), integers and byte arrays only, no implicit padding (asserted below).
+#[allow(unsafe_code)]
+unsafe impl aya::Pod for Lb4Key {}
+#[allow(unsafe_code)]
+unsafe impl aya::Pod for Lb4Service {}
+#[allow(unsafe_code)]
+unsafe impl aya::Pod for Lb4Backend {}
+const _: () = assert!(size_of::<Lb4Key>() == 12);
+const _: () = assert!(size_of::<Lb4Service>() == 12);
+const _: () = assert!(size_of::<Lb4Backend>() == 12);
+
+fn proto(l4: &L4Type) -> Option<u8> {
+    match l4 {
+        L4Type::Tcp => Some(6),
+        L4Type::Udp => Some(17),
+        L4Type::Sctp => Some(132),
+        _ => None,
+    }
+}
+
+/// The global services of every remote cluster, merged per namespace/name.
+#[derive(Default)]
+pub struct ServiceTable {
+    services: BTreeMap<(String, Arc<str>), Arc<ClusterService>>,
+    ids: HashMap<Lb4Backend, u32>,
+    next_id: u32,
+    rev_nat: HashMap<([u8; 4], [u8; 2], u8), u16>,
+}
+
+/// What the lb4 maps should hold.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct DesiredLb {
+    /// `cilium_lb4_services_v2`.
+    pub services: HashMap<Lb4Key, Lb4Service>,
+    /// `cilium_lb4_backends_v3`.
+    pub backends: HashMap<u32, Lb4Backend>,
+}
+
+impl ServiceTable {
+    /// Keeps the IDs of backends the previous agent wrote, so restored slots stay valid.
+    pub fn seed_ids<'a>(&mut self, restored: impl Iterator<Item = (&'a u32, &'a Lb4Backend)>) {
+        for (id, backend) in restored {
+            self.ids.insert(*backend, *id);
+            self.next_id = self.next_id.max(*id);
+        }
+    }
+
+    /// Upserts `cluster`'s announcement of a service.
+    pub fn upsert(&mut self, cluster: &Arc<str>, service: Arc<ClusterService>) {
+        self.services
+            .insert((service.namespaced_name(), cluster.clone()), service);
+    }
+
+    /// Deletes `cluster`'s announcement of a service.
+    pub fn delete(&mut self, cluster: &Arc<str>, service: &ClusterService) {
+        self.services
+            .remove(&(service.namespaced_name(), cluster.clone()));
+    }
+
+    /// The desired map content. IPv4 frontends and backends only (the maps are lb4).
+    pub fn desired(&mut self) -> DesiredLb {
+        let mut out = DesiredLb::default();
+        // Frontend → backends, merged over clusters; BTreeMaps keep the slot order stable.
+        let mut frontends: BTreeMap<([u8; 4], [u8; 2], u8), Vec<Lb4Backend>> = BTreeMap::new();
+        let mut by_name: BTreeMap<&str, Vec<&ClusterService>> = BTreeMap::new();
+        for ((name, _), service) in &self.services {
+            by_name.entry(name.as_str()).or_default().push(service);
+        }
+        for announcements in by_name.values() {
+            for service in announcements {
+                for (vip, ports) in &service.frontends {
+                    let Ok(IpAddr::V4(vip)) = vip.parse::<IpAddr>() else {
+                        continue;
+                    };
+                    for (port_name, l4) in ports {
+                        let Some(proto) = proto(&l4.protocol) else {
+                            continue;
+                        };
+                        let backends = frontends
+                            .entry((vip.octets(), l4.port.to_be_bytes(), proto))
+                            .or_default();
+                        for peer in announcements {
+                            backends.extend(lb4_backends(peer, port_name, proto));
+                        }
+                    }
+                }
+            }
+        }
+        for ((address, dport, proto), mut backends) in frontends {
+            backends.sort_by_key(|b| (b.cluster_id, b.address, b.port));
+            backends.dedup();
+            let next = self.rev_nat.len() + 1;
+            let rev_nat_index = *self
+                .rev_nat
+                .entry((address, dport, proto))
+                .or_insert(u16::try_from(next).unwrap_or(u16::MAX));
+            let key = |slot: u16| Lb4Key {
+                address,
+                dport,
+                backend_slot: slot,
+                proto,
+                scope: 0,
+                pad: [0; 2],
+            };
+            let count = u16::try_from(backends.len()).unwrap_or(u16::MAX);
+            out.services.insert(
+                key(0),
+                Lb4Service {
+                    count,
+                    rev_nat_index,
+                    ..Lb4Service::default()
+                },
+            );
+            for (slot, backend) in (1..=count).zip(backends) {
+                let id = self.id(backend);
+                out.backends.insert(id, backend);
+                out.services.insert(
+                    key(slot),
+                    Lb4Service {
+                        backend_id: id,
+                        rev_nat_index,
+                        ..Lb4Service::default()
+                    },
+                );
+            }
+        }
+        // IDs of backends no longer used are not reused: a restored slot may still name one.
+        out
+    }
+
+    fn id(&mut self, backend: Lb4Backend) -> u32 {
+        if let Some(id) = self.ids.get(&backend) {
+            return *id;
+        }
+        self.next_id += 1;
+        self.ids.insert(backend, self.next_id);
+        self.next_id
+    }
+}
+
+fn lb4_backends<'a>(
+    service: &'a ClusterService,
+    port_name: &'a str,
+    proto: u8,
+) -> impl Iterator<Item = Lb4Backend> + 'a {
+    service.backends.iter().filter_map(move |(ip, ports)| {
+        let ip: Ipv4Addr = ip.parse().ok()?;
+        let l4 = ports.get(port_name)?;
+        (self::proto(&l4.protocol)? == proto).then(|| Lb4Backend {
+            address: ip.octets(),
+            port: l4.port.to_be_bytes(),
+            proto,
+            cluster_id: u16::try_from(service.cluster_id).unwrap_or(u16::MAX),
+            ..Lb4Backend::default()
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use meshwork_types::L4Addr;
+
+    fn svc(cluster: &str, id: u32, backends: &[&str]) -> Arc<ClusterService> {
+        let port = |p| {
+            BTreeMap::from([(
+                "http".to_owned(),
+                L4Addr {
+                    protocol: L4Type::Tcp,
+                    port: p,
+                },
+            )])
+        };
+        Arc::new(ClusterService {
+            cluster: cluster.to_owned(),
+            namespace: "default".to_owned(),
+            name: "web".to_owned(),
+            frontends: BTreeMap::from([("172.20.0.1".to_owned(), port(80))]),
+            backends: backends
+                .iter()
+                .map(|b| ((*b).to_owned(), port(8080)))
+                .collect(),
+            shared: true,
+            cluster_id: id,
+            ..ClusterService::default()
+        })
+    }
+
+    #[test]
+    fn backends_of_every_cluster_fill_the_slots_of_one_frontend() {
+        let mut table = ServiceTable::default();
+        let (b, c): (Arc<str>, Arc<str>) = (Arc::from("b"), Arc::from("c"));
+        table.upsert(&b, svc("b", 2, &["10.214.2.10", "10.214.2.11"]));
+        table.upsert(&c, svc("c", 3, &["10.214.3.10"]));
+        let desired = table.desired();
+        assert_eq!(desired.backends.len(), 3);
+        assert_eq!(desired.services.len(), 4, "master + 3 slots");
+        let master = desired
+            .services
+            .iter()
+            .find(|(k, _)| k.backend_slot == 0)
+            .unwrap();
+        assert_eq!(master.0.address, [172, 20, 0, 1]);
+        assert_eq!(master.0.dport, 80u16.to_be_bytes());
+        assert_eq!(master.1.count, 3);
+        let ids_before: Vec<u32> = desired.backends.keys().copied().collect();
+
+        // Cluster c withdraws: its slot goes, the others keep their backend IDs.
+        table.delete(&c, &svc("c", 3, &[]));
+        let desired = table.desired();
+        assert_eq!(desired.services.len(), 3);
+        assert!(desired.backends.keys().all(|id| ids_before.contains(id)));
+        assert!(desired.backends.values().all(|b| b.cluster_id == 2));
+    }
+}

@@ -1,0 +1,490 @@
+//! The etcd backend: connection, paginated lists, watches, leases.
+//!
+//! Lists are paginated so that no response exceeds the client's 4 MiB decode limit (100k
+//! ipcache keys are about 15 MB): every page after the first reads at the first page's
+//! revision, so a list is one consistent snapshot, and the next page is fetched while the
+//! caller decodes the current one. A page that still comes back too large is asked for again
+//! with half the limit.
+
+use std::time::Duration;
+
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, KvClient, PutOptions, Txn,
+    TxnOp, TxnOpResponse, WatchOptions, WatchResponseStream,
+};
+use tokio::sync::mpsc;
+
+use super::keys::prefix_range_end;
+use super::{EtcdConfig, KvstoreError};
+
+/// Keys per list page unless the caller says otherwise.
+pub const DEFAULT_PAGE_SIZE: i64 = 1000;
+/// Largest watch response accepted: one revision can carry many events (a big transaction).
+const WATCH_DECODE_LIMIT: usize = 64 * 1024 * 1024;
+/// Deadline of unary requests (watches are streams and have none).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// A connection to one etcd cluster. Cheap to clone; clones share the connection.
+#[derive(Clone)]
+pub struct EtcdBackend {
+    client: Client,
+    endpoints: String,
+}
+
+impl std::fmt::Debug for EtcdBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdBackend")
+            .field("endpoints", &self.endpoints)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One page of a paginated list.
+#[derive(Debug)]
+pub struct ListPage {
+    /// The key/value pairs, in key order.
+    pub kvs: Vec<etcd_client::KeyValue>,
+    /// The revision the whole list reads at.
+    pub revision: i64,
+    /// Keys in the range from this page's first key on, this page included (etcd's
+    /// `count`): on the first page, the size of the whole list.
+    pub remaining: i64,
+}
+
+/// One change seen by a watch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WatchEvent {
+    /// A key was created or modified.
+    Put {
+        /// The full key.
+        key: Vec<u8>,
+        /// The new value.
+        value: Vec<u8>,
+        /// The key's new mod revision.
+        mod_revision: i64,
+    },
+    /// A key was deleted.
+    Delete {
+        /// The full key.
+        key: Vec<u8>,
+        /// The revision of the delete.
+        mod_revision: i64,
+    },
+}
+
+/// What [`EtcdBackend::put_if_mod_revision`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConditionalPut {
+    /// The key was at the expected mod revision and now holds the new value.
+    Written {
+        /// The revision of the write: the key's new mod revision.
+        revision: i64,
+    },
+    /// The key was not at the expected mod revision; nothing was written.
+    Conflict {
+        /// The key's value and mod revision as the transaction found them; `None` when the
+        /// key does not exist.
+        current: Option<(Vec<u8>, i64)>,
+    },
+}
+
+/// An open watch on a prefix.
+pub struct Watch {
+    stream: WatchResponseStream,
+    // Dropping the request sender cancels the watch server-side.
+    _requests: etcd_client::WatchRequestSender,
+    prefix: String,
+    start_revision: i64,
+}
+
+impl std::fmt::Debug for Watch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Watch")
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EtcdBackend {
+    /// Connects to the cluster `config` describes and checks that it answers.
+    pub async fn connect(config: &EtcdConfig, timeout: Duration) -> Result<Self, KvstoreError> {
+        config.validate()?;
+        let endpoints = config.endpoints.join(",");
+        let mut options = ConnectOptions::new()
+            .with_connect_timeout(timeout)
+            // Keepalives notice a silently dead peer (a partition) on long-lived watches.
+            .with_keep_alive(Duration::from_secs(5), Duration::from_secs(5))
+            .with_keep_alive_while_idle(true);
+        if let Some(tls) = config.tls_options()? {
+            options = options.with_tls(tls);
+        }
+        let connect = Client::connect(&config.endpoints, Some(options));
+        let client = tokio::time::timeout(timeout, connect)
+            .await
+            .map_err(|_| KvstoreError::Timeout(format!("connect to {endpoints}")))?
+            .map_err(|source| KvstoreError::Connect {
+                endpoints: endpoints.clone(),
+                error: source,
+            })?;
+        let backend = Self { client, endpoints };
+        // Status needs no key permissions, so it works for read-only remote users too.
+        let mut maintenance = backend.client.maintenance_client();
+        tokio::time::timeout(timeout, maintenance.status())
+            .await
+            .map_err(|_| KvstoreError::Timeout(format!("status of {}", backend.endpoints)))?
+            .map_err(|source| KvstoreError::Connect {
+                endpoints: backend.endpoints.clone(),
+                error: source,
+            })?;
+        Ok(backend)
+    }
+
+    /// The endpoints this backend talks to, comma separated.
+    pub fn endpoints(&self) -> &str {
+        &self.endpoints
+    }
+
+    fn kv(&self) -> KvClient {
+        self.client.kv_client()
+    }
+
+    /// Reads one key: its value and modification revision.
+    pub async fn get(&self, key: &str) -> Result<Option<(Vec<u8>, i64)>, KvstoreError> {
+        let operation = format!("get {key}");
+        let mut response = with_deadline(&operation, self.kv().get(key, None)).await?;
+        Ok(response.take_kvs().into_iter().next().map(|kv| {
+            let revision = kv.mod_revision();
+            (kv.into_key_value().1, revision)
+        }))
+    }
+
+    /// Writes one key.
+    pub async fn put(&self, key: &str, value: impl Into<Vec<u8>>) -> Result<i64, KvstoreError> {
+        let operation = format!("put {key}");
+        let response = with_deadline(&operation, self.kv().put(key, value, None)).await?;
+        Ok(response.header().map_or(0, |h| h.revision()))
+    }
+
+    /// Writes one key attached to `lease`: it vanishes when the lease expires.
+    pub async fn put_with_lease(
+        &self,
+        key: &str,
+        value: impl Into<Vec<u8>>,
+        lease: i64,
+    ) -> Result<(), KvstoreError> {
+        let operation = format!("put {key} (lease {lease:x})");
+        let options = PutOptions::new().with_lease(lease);
+        with_deadline(&operation, self.kv().put(key, value, Some(options))).await?;
+        Ok(())
+    }
+
+    /// Writes many keys in transactions of at most `ops_per_txn` puts (etcd's
+    /// `--max-txn-ops` defaults to 128).
+    pub async fn put_many(
+        &self,
+        pairs: impl IntoIterator<Item = (String, Vec<u8>)>,
+        ops_per_txn: usize,
+    ) -> Result<i64, KvstoreError> {
+        let mut revision = 0;
+        let mut ops = Vec::with_capacity(ops_per_txn);
+        let mut pairs = pairs.into_iter().peekable();
+        while pairs.peek().is_some() {
+            ops.clear();
+            ops.extend(
+                pairs
+                    .by_ref()
+                    .take(ops_per_txn.max(1))
+                    .map(|(k, v)| TxnOp::put(k, v, None)),
+            );
+            let txn = Txn::new().and_then(std::mem::take(&mut ops));
+            let response = with_deadline("put txn", self.kv().txn(txn)).await?;
+            revision = response.header().map_or(revision, |h| h.revision());
+        }
+        Ok(revision)
+    }
+
+    /// Creates `key` only if it does not exist; returns whether it was created.
+    pub async fn create_if_absent(
+        &self,
+        key: &str,
+        value: impl Into<Vec<u8>>,
+    ) -> Result<bool, KvstoreError> {
+        let txn = Txn::new()
+            .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(key, value, None)]);
+        let response = with_deadline(&format!("create {key}"), self.kv().txn(txn)).await?;
+        Ok(response.succeeded())
+    }
+
+    /// Writes `key` only if its mod revision is still `mod_revision` (0: only if the key
+    /// does not exist): optimistic concurrency for read-modify-write cycles. One
+    /// transaction, which on a mismatch reads the key instead, so the caller can redo its
+    /// change on the current value without another round trip.
+    pub async fn put_if_mod_revision(
+        &self,
+        key: &str,
+        value: impl Into<Vec<u8>>,
+        mod_revision: i64,
+    ) -> Result<ConditionalPut, KvstoreError> {
+        // etcd compares a missing key's revisions as 0, so 0 means "absent".
+        let txn = Txn::new()
+            .when([Compare::mod_revision(key, CompareOp::Equal, mod_revision)])
+            .and_then([TxnOp::put(key, value, None)])
+            .or_else([TxnOp::get(key, None)]);
+        let operation = format!("put {key} at mod revision {mod_revision}");
+        let response = with_deadline(&operation, self.kv().txn(txn)).await?;
+        if response.succeeded() {
+            let revision = response.header().map_or(0, |h| h.revision());
+            return Ok(ConditionalPut::Written { revision });
+        }
+        let current = response
+            .op_responses()
+            .into_iter()
+            .find_map(|op| match op {
+                TxnOpResponse::Get(mut get) => get.take_kvs().into_iter().next(),
+                _ => None,
+            })
+            .map(|kv| {
+                let revision = kv.mod_revision();
+                (kv.into_key_value().1, revision)
+            });
+        Ok(ConditionalPut::Conflict { current })
+    }
+
+    /// Deletes one key; returns whether it existed.
+    pub async fn delete(&self, key: &str) -> Result<bool, KvstoreError> {
+        let operation = format!("delete {key}");
+        let response = with_deadline(&operation, self.kv().delete(key, None)).await?;
+        Ok(response.deleted() > 0)
+    }
+
+    /// Deletes every key under `prefix`; returns how many.
+    pub async fn delete_prefix(&self, prefix: &str) -> Result<i64, KvstoreError> {
+        let operation = format!("delete prefix {prefix}");
+        let options = etcd_client::DeleteOptions::new().with_prefix();
+        let response = with_deadline(&operation, self.kv().delete(prefix, Some(options))).await?;
+        Ok(response.deleted())
+    }
+
+    /// Compacts the history up to `revision` (watches from older revisions then fail).
+    pub async fn compact(&self, revision: i64) -> Result<(), KvstoreError> {
+        let operation = format!("compact {revision}");
+        with_deadline(&operation, self.kv().compact(revision, None)).await?;
+        Ok(())
+    }
+
+    /// The current revision of the cluster, read through `key` (any key the user may read:
+    /// a read-only remote user may only read its own prefix).
+    pub async fn revision(&self, key: &str) -> Result<i64, KvstoreError> {
+        let options = GetOptions::new().with_count_only();
+        let response = with_deadline("revision", self.kv().get(key, Some(options))).await?;
+        Ok(response.header().map_or(0, |h| h.revision()))
+    }
+
+    /// Grants a lease of `ttl` seconds; returns its ID.
+    pub async fn lease_grant(&self, ttl: i64) -> Result<i64, KvstoreError> {
+        let mut lease = self.client.lease_client();
+        let response = with_deadline("lease grant", lease.grant(ttl, None)).await?;
+        Ok(response.id())
+    }
+
+    /// Refreshes `lease` once; `false` when the lease no longer exists (expired or revoked).
+    pub async fn lease_keep_alive_once(&self, lease: i64) -> Result<bool, KvstoreError> {
+        let mut client = self.client.lease_client();
+        let operation = format!("lease keep-alive {lease:x}");
+        // The client sends one keep-alive when it opens the stream and checks the answer.
+        match with_deadline(&operation, client.keep_alive(lease)).await {
+            Ok(_) => Ok(true),
+            Err(KvstoreError::Request {
+                error: etcd_client::Error::LeaseKeepAliveError(message),
+                ..
+            }) if message.contains("not found") => Ok(false),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Revokes `lease`: every key attached to it is deleted.
+    pub async fn lease_revoke(&self, lease: i64) -> Result<(), KvstoreError> {
+        let mut client = self.client.lease_client();
+        let operation = format!("lease revoke {lease:x}");
+        with_deadline(&operation, client.revoke(lease)).await?;
+        Ok(())
+    }
+
+    /// The remaining TTL of `lease` in seconds (-1 when it does not exist).
+    pub async fn lease_ttl(&self, lease: i64) -> Result<i64, KvstoreError> {
+        let mut client = self.client.lease_client();
+        let operation = format!("lease ttl {lease:x}");
+        let response = with_deadline(&operation, client.time_to_live(lease, None)).await?;
+        Ok(response.ttl())
+    }
+
+    /// Reads one page of keys under `prefix` starting at `from` (inclusive), at `revision`
+    /// (0 = latest). Halves `limit` and retries while the response is too large.
+    pub async fn list_page(
+        &self,
+        prefix: &str,
+        from: &[u8],
+        revision: i64,
+        limit: i64,
+    ) -> Result<(ListPage, bool), KvstoreError> {
+        let end = prefix_range_end(prefix.as_bytes());
+        let mut limit = limit.max(1);
+        loop {
+            // Serializable, as Cilium's paginated list: later pages read at the first page's
+            // revision, so a quorum round per page would buy nothing.
+            let mut options = GetOptions::new()
+                .with_range(end.clone())
+                .with_limit(limit)
+                .with_serializable();
+            if revision > 0 {
+                options = options.with_revision(revision);
+            }
+            let operation = format!("range {prefix}");
+            match with_deadline(&operation, self.kv().get(from.to_vec(), Some(options))).await {
+                Ok(mut response) => {
+                    let revision = if revision > 0 {
+                        revision
+                    } else {
+                        response.header().map_or(0, |h| h.revision())
+                    };
+                    let more = response.more();
+                    let page = ListPage {
+                        remaining: response.count(),
+                        kvs: response.take_kvs(),
+                        revision,
+                    };
+                    return Ok((page, more));
+                }
+                Err(err) if err.is_message_too_large() && limit > 1 => {
+                    limit /= 2;
+                    tracing::debug!(prefix, limit, "list page too large; halving the page size");
+                }
+                Err(err) => return Err(err),
+            }
+        }
+    }
+
+    /// Lists every key under `prefix` as one consistent snapshot, `page_size` keys per page.
+    /// Pages arrive on the returned channel; the next page is fetched while the receiver
+    /// works on the current one. An error ends the list.
+    pub fn list(
+        &self,
+        prefix: &str,
+        page_size: i64,
+    ) -> mpsc::Receiver<Result<ListPage, KvstoreError>> {
+        let (tx, rx) = mpsc::channel(2);
+        let backend = self.clone();
+        let prefix = prefix.to_owned();
+        tokio::spawn(async move {
+            let mut from = prefix.as_bytes().to_vec();
+            let mut revision = 0;
+            loop {
+                let result = backend.list_page(&prefix, &from, revision, page_size).await;
+                let (page, more) = match result {
+                    Ok(ok) => ok,
+                    Err(err) => {
+                        let _ = tx.send(Err(err)).await;
+                        return;
+                    }
+                };
+                revision = page.revision;
+                if let Some(last) = page.kvs.last() {
+                    from = last.key().to_vec();
+                    // The smallest key after `last`.
+                    from.push(0);
+                }
+                let done = !more || page.kvs.is_empty();
+                if tx.send(Ok(page)).await.is_err() || done {
+                    return;
+                }
+            }
+        });
+        rx
+    }
+
+    /// Watches every key under `prefix` from `start_revision` on.
+    pub async fn watch(&self, prefix: &str, start_revision: i64) -> Result<Watch, KvstoreError> {
+        let mut client = self
+            .client
+            .watch_client()
+            .max_decoding_message_size(WATCH_DECODE_LIMIT);
+        let options = WatchOptions::new()
+            .with_range(prefix_range_end(prefix.as_bytes()))
+            .with_start_revision(start_revision);
+        let operation = format!("watch {prefix}");
+        let stream = with_deadline(&operation, client.watch(prefix, Some(options))).await?;
+        let (requests, stream) = stream.split();
+        Ok(Watch {
+            stream,
+            _requests: requests,
+            prefix: prefix.to_owned(),
+            start_revision,
+        })
+    }
+}
+
+impl Watch {
+    /// The next batch of events. `Ok(None)` means the server closed the watch; a compacted
+    /// start revision is [`KvstoreError::Compacted`].
+    pub async fn next(&mut self) -> Result<Option<Vec<WatchEvent>>, KvstoreError> {
+        loop {
+            let message = self
+                .stream
+                .message()
+                .await
+                .map_err(KvstoreError::request(format!("watch {}", self.prefix)))?;
+            let Some(response) = message else {
+                return Ok(None);
+            };
+            if response.compact_revision() > 0 {
+                return Err(KvstoreError::Compacted {
+                    revision: self.start_revision,
+                    compact_revision: response.compact_revision(),
+                });
+            }
+            if response.canceled() {
+                return Err(KvstoreError::Request {
+                    operation: format!("watch {}", self.prefix),
+                    error: etcd_client::Error::WatchError(format!(
+                        "canceled by the server: {}",
+                        response.cancel_reason()
+                    )),
+                });
+            }
+            if response.created() && response.events().is_empty() {
+                continue;
+            }
+            let events = response
+                .events()
+                .iter()
+                .filter_map(|event| {
+                    let kv = event.kv()?;
+                    let mod_revision = kv.mod_revision();
+                    Some(match event.event_type() {
+                        EventType::Put => WatchEvent::Put {
+                            key: kv.key().to_vec(),
+                            value: kv.value().to_vec(),
+                            mod_revision,
+                        },
+                        EventType::Delete => WatchEvent::Delete {
+                            key: kv.key().to_vec(),
+                            mod_revision,
+                        },
+                    })
+                })
+                .collect();
+            return Ok(Some(events));
+        }
+    }
+}
+
+async fn with_deadline<T>(
+    operation: &str,
+    future: impl Future<Output = Result<T, etcd_client::Error>>,
+) -> Result<T, KvstoreError> {
+    tokio::time::timeout(REQUEST_TIMEOUT, future)
+        .await
+        .map_err(|_| KvstoreError::Timeout(operation.to_owned()))?
+        .map_err(KvstoreError::request(operation))
+}

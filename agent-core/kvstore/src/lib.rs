@@ -1,0 +1,21 @@
+//! The kvstore layer: Cilium's etcd layout and watch-store semantics.
+//!
+//! - [`EtcdBackend`]: connection (TLS), paginated lists, watches, leases.
+//! - [`WatchStore`]: the restartable watch store of one prefix.
+//! - [`WatchStoreManager`]: starts per-prefix work gated by sync canaries, or at once.
+//! - [`Decoder`]: typed, validated decoding of values (see [`meshwork_types`]).
+
+pub mod config;
+pub mod error;
+pub mod etcd;
+pub mod manager;
+pub mod metrics;
+pub mod watch_store;
+
+pub use config::EtcdConfig;
+pub use error::KvstoreError;
+pub use etcd::{ConditionalPut, EtcdBackend, ListPage, Watch, WatchEvent};
+pub use manager::WatchStoreManager;
+pub use meshwork_types::{DecodeError, Decoder, RawDecoder, keys};
+pub use metrics::KvstoreMetrics;
+pub use watch_store::{Observer, StoreStatus, WatchStore, WatchStoreOptions};

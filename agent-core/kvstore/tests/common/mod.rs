@@ -1,0 +1,165 @@
+//! Shared helpers for tests against real etcd servers started by the lab.
+
+#![allow(dead_code, missing_docs)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use meshwork_kvstore::{
+    DecodeError, Decoder, EtcdBackend, EtcdConfig, Observer, StoreStatus, WatchStore,
+    WatchStoreOptions,
+};
+use meshwork_lab::etcd::EtcdServer;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// How long a test waits for an expected event before failing.
+pub const EVENT_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "meshwork_kvstore=debug".into()),
+        )
+        .with_test_writer()
+        .try_init();
+}
+
+pub async fn connect(server: &EtcdServer) -> EtcdBackend {
+    EtcdBackend::connect(
+        &EtcdConfig::new([server.endpoint()]),
+        Duration::from_secs(10),
+    )
+    .await
+    .expect("connect to the lab etcd")
+}
+
+/// What a test observes, in order: store events and callback runs share one channel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Seen {
+    Upsert(String, String),
+    Delete(String, String),
+    Callback(&'static str),
+}
+
+pub fn upsert(key: &str, value: &str) -> Seen {
+    Seen::Upsert(key.to_owned(), value.to_owned())
+}
+
+pub fn delete(key: &str, value: &str) -> Seen {
+    Seen::Delete(key.to_owned(), value.to_owned())
+}
+
+/// Decodes UTF-8 text; values starting with `bad` are rejected like a failed validation.
+#[derive(Debug, Clone, Copy)]
+pub struct TextDecoder;
+
+impl Decoder for TextDecoder {
+    type Value = String;
+
+    fn decode(&self, _key: &str, value: &[u8]) -> Result<String, DecodeError> {
+        let text = std::str::from_utf8(value).map_err(|e| DecodeError::Malformed(e.to_string()))?;
+        if text.starts_with("bad") {
+            return Err(DecodeError::Invalid(format!("rejected value {text:?}")));
+        }
+        Ok(text.to_owned())
+    }
+}
+
+/// Forwards every event into a channel.
+pub struct Recorder {
+    pub tx: mpsc::UnboundedSender<Seen>,
+}
+
+impl Observer<String> for Recorder {
+    fn on_upsert(&mut self, key: &str, value: &Arc<String>) {
+        let _ = self
+            .tx
+            .send(Seen::Upsert(key.to_owned(), value.to_string()));
+    }
+
+    fn on_delete(&mut self, key: &str, value: &Arc<String>) {
+        let _ = self
+            .tx
+            .send(Seen::Delete(key.to_owned(), value.to_string()));
+    }
+}
+
+pub type TextStore = WatchStore<TextDecoder, Recorder>;
+
+pub fn text_store(source: &str) -> (TextStore, mpsc::UnboundedReceiver<Seen>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let mut options = WatchStoreOptions::new(source);
+    options.min_retry_delay = Duration::from_millis(20);
+    options.max_retry_delay = Duration::from_millis(200);
+    (WatchStore::new(TextDecoder, Recorder { tx }, options), rx)
+}
+
+/// A store watching in a task; `stop` cancels it and hands the store back.
+pub struct Running<D: Decoder, O: Observer<D::Value> + 'static> {
+    cancel: CancellationToken,
+    task: JoinHandle<WatchStore<D, O>>,
+}
+
+impl<D: Decoder, O: Observer<D::Value> + 'static> Running<D, O> {
+    pub fn start(mut store: WatchStore<D, O>, backend: &EtcdBackend, prefix: &str) -> Self {
+        let cancel = CancellationToken::new();
+        let token = cancel.clone();
+        let backend = backend.clone();
+        let prefix = prefix.to_owned();
+        let task = tokio::spawn(async move {
+            store.watch(&backend, &prefix, &token).await;
+            store
+        });
+        Self { cancel, task }
+    }
+
+    pub async fn stop(self) -> WatchStore<D, O> {
+        self.cancel.cancel();
+        tokio::time::timeout(EVENT_TIMEOUT, self.task)
+            .await
+            .expect("the watch store stops promptly when cancelled")
+            .expect("the watch task does not panic")
+    }
+}
+
+pub async fn next(rx: &mut mpsc::UnboundedReceiver<Seen>) -> Seen {
+    tokio::time::timeout(EVENT_TIMEOUT, rx.recv())
+        .await
+        .expect("an event arrives before the deadline")
+        .expect("the channel is open")
+}
+
+/// Collects `n` events and returns them sorted (for lists that come out of a map).
+pub async fn next_n_sorted(rx: &mut mpsc::UnboundedReceiver<Seen>, n: usize) -> Vec<Seen> {
+    let mut seen = Vec::with_capacity(n);
+    for _ in 0..n {
+        seen.push(next(rx).await);
+    }
+    seen.sort_by_key(|s| format!("{s:?}"));
+    seen
+}
+
+/// Waits until the store's live status satisfies `done`; fails showing the status last seen.
+pub async fn status_until(
+    what: &str,
+    status: &Arc<StoreStatus>,
+    done: impl Fn(&StoreStatus) -> bool,
+) {
+    meshwork_lab::wait::eventually_async(
+        what,
+        || std::future::ready(Arc::clone(status)),
+        |s| done(s),
+    )
+    .await;
+}
+
+/// Asserts that nothing more is queued right now (used after a marker event that follows
+/// everything that could have come before it).
+pub fn assert_drained(rx: &mut mpsc::UnboundedReceiver<Seen>) {
+    if let Ok(extra) = rx.try_recv() {
+        panic!("unexpected extra event {extra:?}");
+    }
+}

@@ -1,0 +1,224 @@
+//! The etcd backend against real etcd: leases, conditional creates and puts, watches with
+//! revisions, TLS with etcd users.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use meshwork_kvstore::{ConditionalPut, EtcdBackend, EtcdConfig, KvstoreError, WatchEvent};
+use meshwork_lab::etcd::{Access, EtcdOptions, EtcdServer, EtcdTls};
+
+#[tokio::test]
+#[ignore = "needs real etcd: `cargo xtask test` runs it"]
+async fn leased_keys_vanish_with_their_lease() {
+    init_tracing();
+    let etcd = EtcdServer::start().unwrap();
+    let backend = connect(&etcd).await;
+    let lease = backend.lease_grant(30).await.unwrap();
+    backend
+        .put_with_lease("cilium/state/nodes/v1/c1/n1", "{}", lease)
+        .await
+        .unwrap();
+    assert!(backend.lease_keep_alive_once(lease).await.unwrap());
+    assert!(backend.lease_ttl(lease).await.unwrap() > 0);
+    assert!(
+        backend
+            .get("cilium/state/nodes/v1/c1/n1")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    backend.lease_revoke(lease).await.unwrap();
+    assert_eq!(
+        backend.get("cilium/state/nodes/v1/c1/n1").await.unwrap(),
+        None
+    );
+    assert!(!backend.lease_keep_alive_once(lease).await.unwrap());
+}
+
+#[tokio::test]
+#[ignore = "needs real etcd: `cargo xtask test` runs it"]
+async fn create_if_absent_creates_once() {
+    init_tracing();
+    let etcd = EtcdServer::start().unwrap();
+    let backend = connect(&etcd).await;
+    assert!(backend.create_if_absent("k", "v1").await.unwrap());
+    assert!(!backend.create_if_absent("k", "v2").await.unwrap());
+    assert_eq!(backend.get("k").await.unwrap().unwrap().0, b"v1");
+}
+
+#[tokio::test]
+#[ignore = "needs real etcd: `cargo xtask test` runs it"]
+async fn put_if_mod_revision_writes_at_the_expected_revision_and_answers_the_current_value() {
+    init_tracing();
+    let etcd = EtcdServer::start().unwrap();
+    let backend = connect(&etcd).await;
+    let ConditionalPut::Written { revision: created } =
+        backend.put_if_mod_revision("k", "v1", 0).await.unwrap()
+    else {
+        panic!("0 creates an absent key");
+    };
+    assert_eq!(
+        backend.get("k").await.unwrap(),
+        Some((b"v1".to_vec(), created))
+    );
+    // 0 on an existing key, or a revision it is no longer at: nothing is written, and the
+    // conflict carries what is there.
+    for stale in [0, created - 1] {
+        assert_eq!(
+            backend
+                .put_if_mod_revision("k", "lost", stale)
+                .await
+                .unwrap(),
+            ConditionalPut::Conflict {
+                current: Some((b"v1".to_vec(), created))
+            },
+            "expected revision {stale}"
+        );
+    }
+    let ConditionalPut::Written { revision: updated } = backend
+        .put_if_mod_revision("k", "v2", created)
+        .await
+        .unwrap()
+    else {
+        panic!("the key's own revision writes");
+    };
+    assert!(updated > created);
+    assert_eq!(
+        backend.get("k").await.unwrap(),
+        Some((b"v2".to_vec(), updated))
+    );
+    assert_eq!(
+        backend
+            .put_if_mod_revision("gone", "x", updated)
+            .await
+            .unwrap(),
+        ConditionalPut::Conflict { current: None },
+        "a key that does not exist is at no revision but 0"
+    );
+    assert_eq!(backend.get("gone").await.unwrap(), None);
+}
+
+#[tokio::test]
+#[ignore = "needs real etcd: `cargo xtask test` runs it"]
+async fn a_watch_answers_the_revision_of_every_change() {
+    init_tracing();
+    let etcd = EtcdServer::start().unwrap();
+    let backend = connect(&etcd).await;
+    let start = backend.put("p/a", "0").await.unwrap();
+    let mut watch = backend.watch("p/", start + 1).await.unwrap();
+    let put = backend.put("p/a", "1").await.unwrap();
+    assert!(backend.delete("p/a").await.unwrap());
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        let batch = tokio::time::timeout(EVENT_TIMEOUT, watch.next())
+            .await
+            .expect("events in time")
+            .unwrap()
+            .expect("the watch stays open");
+        seen.extend(batch);
+    }
+    assert_eq!(
+        seen[0],
+        WatchEvent::Put {
+            key: b"p/a".to_vec(),
+            value: b"1".to_vec(),
+            mod_revision: put,
+        }
+    );
+    let WatchEvent::Delete { key, mod_revision } = &seen[1] else {
+        panic!("{seen:?}");
+    };
+    assert_eq!(key, b"p/a");
+    assert!(*mod_revision > put, "{seen:?}");
+
+    // From a compacted revision it fails, so the caller re-lists.
+    backend.compact(*mod_revision).await.unwrap();
+    let mut old = backend.watch("p/", start).await.unwrap();
+    let err = tokio::time::timeout(EVENT_TIMEOUT, old.next())
+        .await
+        .expect("an answer in time")
+        .unwrap_err();
+    assert!(err.is_compacted(), "{err:?}");
+}
+
+#[tokio::test]
+#[ignore = "needs real etcd: `cargo xtask test` runs it"]
+async fn tls_with_a_read_only_user_reads_and_cannot_write() {
+    init_tracing();
+    let etcd = EtcdServer::start_with(EtcdOptions {
+        tls: true,
+        ..EtcdOptions::default()
+    })
+    .unwrap();
+    let tls = etcd.tls().unwrap().clone();
+    etcd.ctl(&["put", "cilium/cluster-config/c1", r#"{"id":1}"#])
+        .unwrap();
+    let remote = etcd.add_user("remote", "cilium/", Access::Read).unwrap();
+    let config = EtcdConfig {
+        endpoints: vec![etcd.endpoint()],
+        trusted_ca_file: Some(tls.ca_file.clone()),
+        cert_file: Some(remote.cert_file),
+        key_file: Some(remote.key_file),
+    };
+    let backend = EtcdBackend::connect(&config, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let (value, _) = backend
+        .get("cilium/cluster-config/c1")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(value, br#"{"id":1}"#);
+    let err = backend
+        .put("cilium/cluster-config/c1", "x")
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("permission denied"), "{err}");
+}
+
+#[tokio::test]
+#[ignore = "needs real etcd: `cargo xtask test` runs it"]
+async fn tls_with_a_wrong_ca_fails_with_a_clear_error() {
+    init_tracing();
+    let etcd = EtcdServer::start_with(EtcdOptions {
+        tls: true,
+        ..EtcdOptions::default()
+    })
+    .unwrap();
+    let remote = etcd.add_user("remote", "cilium/", Access::Read).unwrap();
+    let other = tempfile::tempdir().unwrap();
+    let config = EtcdConfig {
+        endpoints: vec![etcd.endpoint()],
+        trusted_ca_file: Some(EtcdTls::foreign_ca(other.path()).unwrap()),
+        cert_file: Some(remote.cert_file),
+        key_file: Some(remote.key_file),
+    };
+    let err = EtcdBackend::connect(&config, Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, KvstoreError::Connect { .. } | KvstoreError::Timeout(_)),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains(&etcd.endpoint()), "{err}");
+}
+
+#[tokio::test]
+#[ignore = "needs real etcd: `cargo xtask test` runs it"]
+async fn missing_tls_files_are_named_in_the_error() {
+    let config = EtcdConfig {
+        endpoints: vec!["https://127.0.0.1:1".to_owned()],
+        trusted_ca_file: Some("/nonexistent/ca.crt".into()),
+        ..EtcdConfig::default()
+    };
+    let err = EtcdBackend::connect(&config, Duration::from_secs(1))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("trusted-ca-file /nonexistent/ca.crt"),
+        "{err}"
+    );
+}

@@ -1,0 +1,215 @@
+//! The ipcache fast path ([`super::ipcache_scan`]) must decode every value exactly as the full
+//! Go-compatible reader does: a generated corpus of right and wrong values goes through both.
+
+use super::super::ipcache::IpCacheDecoder;
+use super::super::ipcache_scan;
+use super::IpCacheEntryDecoder;
+use crate::Decoder;
+
+/// Values for each field, right and wrong, as raw JSON (`None`: the field is absent).
+const VARIANTS: &[(&str, &[Option<&[u8]>])] = &[
+    (
+        "IP",
+        &[
+            Some(br#""10.1.2.3""#),
+            Some(br#""fd00::1""#),
+            Some(br#""::ffff:10.1.2.3""#),
+            Some(br#""""#),
+            Some(b"null"),
+            Some(br#""10.1.2.300""#),
+            Some(br#""010.1.2.3""#),
+            Some(br#""10.1.2.0""#),
+            None,
+        ],
+    ),
+    (
+        "Mask",
+        &[
+            Some(b"null"),
+            Some(br#""/////w==""#),
+            Some(br#""////AA==""#),
+            Some(br#""/wD/AA==""#),
+            Some(br#""/////////////////////w==""#),
+            Some(br#""***""#),
+            Some(b"7"),
+            None,
+        ],
+    ),
+    (
+        "HostIP",
+        &[
+            Some(br#""10.5.1.1""#),
+            Some(br#""""#),
+            Some(b"null"),
+            Some(br#""bad""#),
+            None,
+        ],
+    ),
+    (
+        "ID",
+        &[
+            Some(b"65536"),
+            Some(b"0"),
+            Some(b"5"),
+            Some(b"131072"),
+            Some(b"4294967295"),
+            Some(b"4294967296"),
+            Some(b"-1"),
+            Some(b"1.0"),
+            Some(b"7e4"),
+            Some(b"070000"),
+            Some(b"null"),
+            Some(br#""65536""#),
+            None,
+        ],
+    ),
+    (
+        "Key",
+        &[
+            Some(b"0"),
+            Some(b"3"),
+            Some(b"255"),
+            Some(b"256"),
+            Some(b"null"),
+            Some(b"true"),
+            None,
+        ],
+    ),
+    (
+        "Metadata",
+        &[
+            Some(br#""cilium-global:default:node-1:7""#),
+            Some("\"\u{e9}\"".as_bytes()),
+            Some(b"\"\xff\""),
+            Some(br#""a\"b""#),
+            Some(b"{}"),
+            Some(b"[1]"),
+            Some(b"true"),
+            Some(b"-2.5"),
+            Some(b"null"),
+            None,
+        ],
+    ),
+    (
+        "K8sNamespace",
+        &[
+            Some(br#""default""#),
+            Some(br#""""#),
+            Some(b"null"),
+            Some(br#""n\u00e9""#),
+            Some(b"\"\xff\""),
+            Some(b"\"a\tb\""),
+            Some(b"5"),
+            None,
+        ],
+    ),
+    (
+        "K8sPodName",
+        &[
+            Some(br#""pod-7""#),
+            Some(br#""""#),
+            Some(b"null"),
+            Some(br#""p\/7""#),
+            None,
+        ],
+    ),
+    (
+        "NamedPorts",
+        &[
+            Some(b"null"),
+            Some(b"[]"),
+            Some(br#"[{"Name":"http","Port":80,"Protocol":"TCP"}]"#),
+            Some(br#"{}"#),
+            None,
+        ],
+    ),
+    ("ip", &[None, Some(br#""10.1.2.4""#)]),
+    ("K8sServiceAccount", &[None, Some(br#""sa""#)]),
+    ("\u{17f}omething", &[None, Some(b"1")]),
+];
+
+/// A value built from one variant per field (the first one more often than the others), fields shuffled, sometimes spaced out and
+/// sometimes with a field repeated, all from `seed`.
+fn corpus_value(seed: &mut u64) -> Vec<u8> {
+    let mut next = |n: usize| {
+        *seed ^= *seed << 13;
+        *seed ^= *seed >> 7;
+        *seed ^= *seed << 17;
+        (*seed % n as u64) as usize
+    };
+    // Half the fields keep their first (plain, valid) variant.
+    let mut fields: Vec<(&str, &[u8])> = VARIANTS
+        .iter()
+        .filter_map(|(name, values)| {
+            let pick = if next(2) == 0 { 0 } else { next(values.len()) };
+            values[pick].map(|v| (*name, v))
+        })
+        .collect();
+    for i in (1..fields.len()).rev() {
+        fields.swap(i, next(i + 1));
+    }
+    if !fields.is_empty() && next(4) == 0 {
+        let (name, _) = fields[next(fields.len())];
+        let values = VARIANTS.iter().find(|(n, _)| *n == name).unwrap().1;
+        if let Some(value) = values[next(values.len())] {
+            fields.push((name, value));
+        }
+    }
+    let space: &[u8] = if next(5) == 0 { b" \n" } else { b"" };
+    let mut out = Vec::from(space);
+    out.push(b'{');
+    for (i, (name, value)) in fields.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(space);
+        out.extend_from_slice(format!("\"{name}\":").as_bytes());
+        out.extend_from_slice(space);
+        out.extend_from_slice(value);
+    }
+    out.extend_from_slice(space);
+    out.push(b'}');
+    if next(50) == 0 {
+        out.extend_from_slice(b" x");
+    }
+    out
+}
+
+#[test]
+fn the_plain_form_shortcut_decodes_exactly_like_the_full_reader() {
+    let decoder = IpCacheEntryDecoder(IpCacheDecoder::new(Some(1)));
+    let keys = [
+        "10.1.2.3",
+        "10.1.2.3/32",
+        "fd00::1",
+        "10.1.2.0/24",
+        "10.1.2.0/16",
+    ];
+    let (mut seed, mut shortcut, mut valid) = (0x9e37_79b9_7f4a_7c15_u64, 0, 0);
+    for i in 0..20_000 {
+        let value = corpus_value(&mut seed);
+        let key = keys[i % keys.len()];
+        let full = decoder.decode_full(key, &value);
+        let fast = decoder.decode(key, &value);
+        assert_eq!(
+            format!("{fast:?}"),
+            format!("{full:?}"),
+            "{key}: {}",
+            String::from_utf8_lossy(&value)
+        );
+        shortcut += usize::from(ipcache_scan::scan(&value).is_some());
+        valid += usize::from(full.is_ok());
+    }
+    // The corpus exercises both readers and both outcomes.
+    assert!(shortcut > 2_000 && shortcut < 18_000, "{shortcut}");
+    assert!(valid > 100, "{valid}");
+}
+
+#[test]
+fn the_form_cilium_writes_takes_the_shortcut() {
+    let go = br#"{"IP":"10.6.6.43","Mask":null,"HostIP":"10.5.1.132","ID":12928,"Key":0,"Metadata":"cilium-global:default:k8s-node1:432","K8sNamespace":"istio-system","K8sPodName":"ai-ingressgateway-6bdbdbf7dc-jz85c"}"#;
+    let prefix = br#"{"IP":"fd00:10::","Mask":"//////////8AAAAAAAAAAA==","HostIP":"","ID":16777217,"Key":3,"Metadata":"","NamedPorts":null}"#;
+    for value in [&go[..], &prefix[..]] {
+        assert!(ipcache_scan::scan(value).is_some());
+    }
+}

@@ -1,0 +1,158 @@
+//! `DatapathWriter`: the actor shell of [`MapWriter`]. It runs on its own arbiter (map writes
+//! are syscalls that must not stall the mesh), applies every batch of remote events in order,
+//! acknowledges a batch's list-dones to the barrier once written, and prunes restored state
+//! when the mesh-wide waits that guard it are over. Its report is published after every
+//! message, so status never waits for its mailbox.
+
+use std::net::IpAddr;
+
+use actix::{
+    Actor, ActorContext, ActorFutureExt as _, Arbiter, AsyncContext, Context, Handler, Message,
+    Recipient, WrapFuture as _,
+};
+use meshwork_clustermesh::Consumer;
+use meshwork_clustermesh::barrier_actor::{BarrierUpdate, GetMeshWait};
+use meshwork_clustermesh::events::RemoteEvents;
+use meshwork_datapath::writer::{MapWriter, WriterReport};
+use meshwork_types::SyncKind;
+use tokio::sync::watch;
+
+/// The datapath's own acknowledgements: what a wait that guards its restored state counts.
+pub const DATAPATH: &[Consumer] = &[Consumer::Datapath];
+
+/// The actor; see the module docs.
+pub struct DatapathWriter {
+    writer: MapWriter,
+    barrier: Recipient<BarrierUpdate>,
+    report: watch::Sender<WriterReport>,
+}
+
+impl DatapathWriter {
+    /// A shell over `writer`, acknowledging to `barrier`.
+    pub fn new(writer: MapWriter, barrier: Recipient<BarrierUpdate>) -> Self {
+        let report = watch::Sender::new(writer.report());
+        Self {
+            writer,
+            barrier,
+            report,
+        }
+    }
+
+    /// The writer's report, as of its last message.
+    pub fn report(&self) -> watch::Receiver<WriterReport> {
+        self.report.subscribe()
+    }
+
+    fn publish(&self) {
+        self.report.send_replace(self.writer.report());
+    }
+}
+
+impl Actor for DatapathWriter {
+    type Context = Context<Self>;
+
+    fn stopped(&mut self, _: &mut Context<Self>) {
+        Arbiter::current().stop();
+    }
+}
+
+impl Handler<RemoteEvents> for DatapathWriter {
+    type Result = ();
+
+    fn handle(&mut self, batch: RemoteEvents, _: &mut Context<Self>) {
+        self.writer.apply_remote(&batch.cluster.name, &batch.events);
+        for ack in batch.applied_by(Consumer::Datapath) {
+            self.barrier.do_send(ack);
+        }
+        self.publish();
+    }
+}
+
+/// Sets the ipcache entries of a local endpoint (replacing its earlier ones); answers once
+/// they are in the map.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct SetLocalEndpoint {
+    /// The endpoint.
+    pub id: u64,
+    /// Its IPs (host entries).
+    pub ips: Vec<IpAddr>,
+    /// Its identity.
+    pub identity: u32,
+}
+
+impl SetLocalEndpoint {
+    /// The entries of `spec`.
+    pub fn of(spec: &meshwork_datapath::endpoint::EndpointSpec) -> Self {
+        Self {
+            id: spec.id,
+            ips: spec.ips.clone(),
+            identity: spec.identity,
+        }
+    }
+}
+
+impl Handler<SetLocalEndpoint> for DatapathWriter {
+    type Result = ();
+
+    fn handle(&mut self, msg: SetLocalEndpoint, _: &mut Context<Self>) {
+        self.writer.set_local(msg.id, &msg.ips, msg.identity);
+        self.publish();
+    }
+}
+
+/// Removes a deleted endpoint's entries.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "()")]
+pub struct RemoveLocalEndpoint(pub u64);
+
+impl Handler<RemoveLocalEndpoint> for DatapathWriter {
+    type Result = ();
+
+    fn handle(&mut self, RemoveLocalEndpoint(id): RemoveLocalEndpoint, _: &mut Context<Self>) {
+        self.writer.remove_local(id);
+        self.publish();
+    }
+}
+
+/// Every configured cluster is known to the barrier: wait (bounded by the circuit breaker)
+/// for `ServicesSynced` and `NodesSynced` of this writer's own acknowledgements, then prune
+/// the restored services, backends and tunnel entries they guard — never before.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct PruneWhenSynced(pub Recipient<GetMeshWait>);
+
+impl Handler<PruneWhenSynced> for DatapathWriter {
+    type Result = ();
+
+    fn handle(&mut self, PruneWhenSynced(barrier): PruneWhenSynced, ctx: &mut Context<Self>) {
+        for kind in [SyncKind::Services, SyncKind::Nodes] {
+            let barrier = barrier.clone();
+            let waited = async move {
+                let wait = barrier.send(GetMeshWait::only(kind, DATAPATH)).await.ok()?;
+                // No deadline of its own: the barrier's circuit breaker bounds it.
+                wait.wait(None).await.ok()
+            };
+            ctx.spawn(waited.into_actor(self).map(move |outcome, actor, _| {
+                if outcome.is_some() {
+                    tracing::info!(wait = kind.cilium_name(), "pruning restored datapath state");
+                    actor.writer.synced(kind);
+                    actor.publish();
+                }
+            }));
+        }
+    }
+}
+
+/// Stops the actor and its arbiter; the maps stay as they are.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "()")]
+pub struct Stop;
+
+impl Handler<Stop> for DatapathWriter {
+    type Result = ();
+
+    fn handle(&mut self, _: Stop, ctx: &mut Context<Self>) {
+        ctx.stop();
+    }
+}

@@ -1,0 +1,211 @@
+//! A real `meshwork-agent` process, as tests, benchmarks and the demo run it: the one
+//! launcher, so each of them passes the same flags the same way and waits for the same sign
+//! of life — the agent saying it runs, which it does once every listener is bound and served.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::process::LabProcess;
+use crate::wait::Wait;
+use crate::{LabError, Result};
+
+/// How long an agent may take to start.
+pub const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What the agent logs once it runs.
+pub const RUNNING: &str = "meshwork-agent running";
+
+/// How one agent process runs.
+#[derive(Debug, Clone)]
+pub struct AgentOptions {
+    /// The `meshwork-agent` binary.
+    pub binary: PathBuf,
+    /// `--cluster-name`.
+    pub cluster: String,
+    /// `--cluster-id`.
+    pub cluster_id: u32,
+    /// `--state-dir`; the API socket (`<state-dir>/agent.sock`) and the log live there too.
+    pub state_dir: PathBuf,
+    /// `--clustermesh-config`, if any.
+    pub clustermesh_config: Option<PathBuf>,
+    /// `--bpf-root`; `None` runs without the BPF datapath (`--enable-bpf-datapath=false`).
+    pub bpf_root: Option<PathBuf>,
+    /// The metrics port on 127.0.0.1; `None` serves no metrics.
+    pub metrics_port: Option<u16>,
+    /// More flags, as given.
+    pub flags: Vec<OsString>,
+    /// More environment.
+    pub env: Vec<(String, String)>,
+    /// The log file's name in the state dir.
+    pub log_name: String,
+}
+
+impl AgentOptions {
+    /// An agent of `cluster`/`cluster_id` from `binary` keeping its state in `state_dir`,
+    /// without datapath, metrics or remote clusters until told otherwise.
+    pub fn new(binary: &Path, cluster: &str, cluster_id: u32, state_dir: &Path) -> Self {
+        Self {
+            binary: binary.to_owned(),
+            cluster: cluster.to_owned(),
+            cluster_id,
+            state_dir: state_dir.to_owned(),
+            clustermesh_config: None,
+            bpf_root: None,
+            metrics_port: None,
+            flags: Vec::new(),
+            env: Vec::new(),
+            log_name: "agent.log".to_owned(),
+        }
+    }
+
+    /// Watches the clustermesh config directory `dir`.
+    pub fn clustermesh_config(mut self, dir: &Path) -> Self {
+        self.clustermesh_config = Some(dir.to_owned());
+        self
+    }
+
+    /// Runs the BPF datapath with maps pinned under `root`.
+    pub fn bpf_root(mut self, root: &Path) -> Self {
+        self.bpf_root = Some(root.to_owned());
+        self
+    }
+
+    /// Serves metrics on 127.0.0.1:`port`.
+    pub fn metrics_port(mut self, port: u16) -> Self {
+        self.metrics_port = Some(port);
+        self
+    }
+
+    /// Adds flags.
+    pub fn flags<I, S>(mut self, flags: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<OsString>,
+    {
+        self.flags.extend(flags.into_iter().map(Into::into));
+        self
+    }
+
+    /// Sets an environment variable.
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// Names the log file (in the state dir): a restarted agent keeps its first run's log.
+    pub fn log_name(mut self, name: &str) -> Self {
+        self.log_name = name.to_owned();
+        self
+    }
+
+    /// The API socket.
+    pub fn socket(&self) -> PathBuf {
+        self.state_dir.join("agent.sock")
+    }
+
+    /// The command line.
+    pub fn command(&self) -> Command {
+        let mut command = Command::new(&self.binary);
+        command
+            .args(["--cluster-name", &self.cluster])
+            .args(["--cluster-id", &self.cluster_id.to_string()])
+            .arg("--state-dir")
+            .arg(&self.state_dir);
+        if let Some(dir) = &self.clustermesh_config {
+            command.arg("--clustermesh-config").arg(dir);
+        }
+        match &self.bpf_root {
+            Some(root) => command.arg("--bpf-root").arg(root),
+            None => command.arg("--enable-bpf-datapath=false"),
+        };
+        let metrics = self
+            .metrics_port
+            .map(|port| format!("127.0.0.1:{port}"))
+            .unwrap_or_default();
+        command
+            .args(["--prometheus-serve-addr", &metrics])
+            .args(&self.flags)
+            // A plain-text log file.
+            .env("NO_COLOR", "1");
+        for (key, value) in &self.env {
+            command.env(key, value);
+        }
+        command
+    }
+}
+
+/// A running agent process, stopped (SIGTERM, then SIGKILL) when dropped.
+#[derive(Debug)]
+pub struct AgentProcess {
+    process: LabProcess,
+    socket: PathBuf,
+}
+
+impl AgentProcess {
+    /// Starts the agent and waits until it says it runs ([`RUNNING`]); fails with the log's
+    /// tail if it exits first or takes longer than [`START_TIMEOUT`].
+    pub fn start(options: &AgentOptions) -> Result<Self> {
+        std::fs::create_dir_all(&options.state_dir).map_err(LabError::io(format!(
+            "creating {}",
+            options.state_dir.display()
+        )))?;
+        let log = options.state_dir.join(&options.log_name);
+        // The log is appended to: only what this run writes counts.
+        let offset = std::fs::metadata(&log).map_or(0, |m| m.len());
+        let mut agent = Self {
+            process: LabProcess::spawn("meshwork-agent", options.command(), &log)?,
+            socket: options.socket(),
+        };
+        let up = Wait::new("the agent to run")
+            .timeout(START_TIMEOUT)
+            .until(
+                || {
+                    agent.process.check_running()?;
+                    let log = std::fs::read(&log).unwrap_or_default();
+                    let ours = log.get(usize::try_from(offset).unwrap_or(0)..).unwrap_or_default();
+                    Ok(String::from_utf8_lossy(ours).contains(RUNNING))
+                },
+                |up: &Result<bool>| !matches!(up, Ok(false)),
+            );
+        match up {
+            Ok(Ok(_)) => Ok(agent),
+            Ok(Err(exited)) => Err(exited),
+            Err(timeout) => Err(LabError::CommandFailed {
+                command: "meshwork-agent".to_owned(),
+                detail: format!("{timeout}; log:\n{}", agent.log_tail()),
+            }),
+        }
+    }
+
+    /// The API socket.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// The process.
+    pub fn process(&mut self) -> &mut LabProcess {
+        &mut self.process
+    }
+
+    /// The process ID.
+    pub fn pid(&self) -> u32 {
+        self.process.pid()
+    }
+
+    /// The log file.
+    pub fn log(&self) -> &Path {
+        self.process.log()
+    }
+
+    /// The last lines of the log.
+    pub fn log_tail(&self) -> String {
+        self.process.log_tail()
+    }
+
+    /// Stops the agent: SIGTERM, up to `grace` to exit, then SIGKILL.
+    pub fn stop(&mut self, grace: Duration) {
+        self.process.stop(grace);
+    }
+}
