@@ -33,7 +33,7 @@ pub struct IpCacheKey {
 /// The 12-byte value (`struct remote_endpoint_info`).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct RemoteEndpointInfo {
+pub struct IpCacheValue {
     /// The security identity.
     pub sec_identity: u32,
     /// The node hosting the prefix, IPv4 in network order; 0 for the local node.
@@ -51,10 +51,10 @@ pub struct RemoteEndpointInfo {
 #[allow(unsafe_code)]
 unsafe impl aya::Pod for IpCacheKey {}
 #[allow(unsafe_code)]
-unsafe impl aya::Pod for RemoteEndpointInfo {}
+unsafe impl aya::Pod for IpCacheValue {}
 
 const _: () = assert!(size_of::<IpCacheKey>() == 24);
-const _: () = assert!(size_of::<RemoteEndpointInfo>() == 12);
+const _: () = assert!(size_of::<IpCacheValue>() == 12);
 
 /// Why an entry is not written.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -164,7 +164,7 @@ impl std::fmt::Display for IpCacheKey {
     }
 }
 
-impl RemoteEndpointInfo {
+impl IpCacheValue {
     /// The value for `identity` hosted on `tunnel` (None: the local node).
     pub fn new(identity: u32, tunnel: Option<Ipv4Addr>, key: u8) -> Self {
         Self {
@@ -187,7 +187,7 @@ impl RemoteEndpointInfo {
 pub fn encode(
     entry: &IpCacheEntry,
     local_node: Option<IpAddr>,
-) -> Result<(IpCacheKey, RemoteEndpointInfo), EntryError> {
+) -> Result<(IpCacheKey, IpCacheValue), EntryError> {
     let key = IpCacheKey::new(entry.prefix.addr(), entry.prefix.prefix_len(), 0)?;
     if entry.identity == 0 {
         return Err(EntryError::ZeroIdentity(entry.key_name()));
@@ -198,7 +198,7 @@ pub fn encode(
     };
     Ok((
         key,
-        RemoteEndpointInfo::new(entry.identity, tunnel, entry.encrypt_key),
+        IpCacheValue::new(entry.identity, tunnel, entry.encrypt_key),
     ))
 }
 
@@ -249,7 +249,7 @@ mod tests {
 
     #[test]
     fn value_layout_keeps_tunnel_in_network_order() {
-        let value = RemoteEndpointInfo::new(0x0102_0304, Some(Ipv4Addr::new(10, 213, 0, 2)), 7);
+        let value = IpCacheValue::new(0x0102_0304, Some(Ipv4Addr::new(10, 213, 0, 2)), 7);
         assert_eq!(
             bytes(&value),
             [4, 3, 2, 1, 10, 213, 0, 2, 0, 0, 7, 0],

@@ -7,7 +7,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use super::bpf_sys::BatchError;
-use super::ipcache_map::{self, EntryError, IpCacheKey, RemoteEndpointInfo};
+use super::ipcache_map::{self, EntryError, IpCacheKey, IpCacheValue};
 use super::maps::IpCacheMap;
 use meshwork_types::Change;
 use meshwork_types::IpCacheEntry;
@@ -39,11 +39,11 @@ pub struct WriterStats {
 /// Desired ipcache content and the writes not yet flushed.
 pub struct IpCacheWriter {
     local_node: Option<IpAddr>,
-    desired: HashMap<IpCacheKey, (Owner, RemoteEndpointInfo)>,
+    desired: HashMap<IpCacheKey, (Owner, IpCacheValue)>,
     /// Keys each local endpoint has set (a superset: a key another owner took since is
     /// skipped on removal), so replacing an endpoint does not walk every remote entry.
     endpoint_keys: HashMap<u64, Vec<IpCacheKey>>,
-    pending: HashMap<IpCacheKey, Option<RemoteEndpointInfo>>,
+    pending: HashMap<IpCacheKey, Option<IpCacheValue>>,
     batch_supported: bool,
     stats: WriterStats,
 }
@@ -96,11 +96,7 @@ impl IpCacheWriter {
             let len = if ip.is_ipv4() { 32 } else { 128 };
             match IpCacheKey::new(ip, len, 0) {
                 Ok(key) if identity != 0 => {
-                    self.set(
-                        owner.clone(),
-                        key,
-                        RemoteEndpointInfo::new(identity, None, 0),
-                    );
+                    self.set(owner.clone(), key, IpCacheValue::new(identity, None, 0));
                 }
                 _ => refused.push(ip),
             }
@@ -109,7 +105,7 @@ impl IpCacheWriter {
     }
 
     /// Upserts an already encoded entry.
-    pub fn set(&mut self, owner: Owner, key: IpCacheKey, value: RemoteEndpointInfo) {
+    pub fn set(&mut self, owner: Owner, key: IpCacheKey, value: IpCacheValue) {
         let unchanged = self
             .desired
             .get(&key)
@@ -213,7 +209,7 @@ impl IpCacheWriter {
         &mut self,
         map: &mut IpCacheMap,
         keys: &[IpCacheKey],
-        values: &[RemoteEndpointInfo],
+        values: &[IpCacheValue],
     ) -> (usize, Option<std::io::Error>) {
         if self.batch_supported {
             match map.update_batch(keys, values) {
@@ -287,7 +283,7 @@ mod tests {
         let cluster = Owner::Cluster(Arc::from("b"));
         for i in 0..100 {
             let k = key(&format!("10.214.0.{i}"));
-            writer.set(cluster.clone(), k, RemoteEndpointInfo::new(70_000, None, 0));
+            writer.set(cluster.clone(), k, IpCacheValue::new(70_000, None, 0));
         }
         let ips: Vec<IpAddr> = vec!["10.1.0.1".parse().unwrap(), "10.1.0.2".parse().unwrap()];
         assert!(writer.set_local(7, &ips, 1000).is_empty());
@@ -295,7 +291,7 @@ mod tests {
         writer.set(
             cluster.clone(),
             key("10.1.0.2"),
-            RemoteEndpointInfo::new(70_001, None, 0),
+            IpCacheValue::new(70_001, None, 0),
         );
 
         assert!(writer.set_local(7, &ips[..0], 1000).is_empty());

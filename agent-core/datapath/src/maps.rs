@@ -9,7 +9,7 @@ use aya::maps::{LpmTrie, Map, MapData, MapError, PerCpuArray};
 use aya::{Ebpf, EbpfLoader};
 
 use super::bpf_sys::{self, BatchError};
-use super::ipcache_map::{IpCacheKey, RemoteEndpointInfo};
+use super::ipcache_map::{IpCacheKey, IpCacheValue};
 
 /// The endpoint program's object file, built from `bpf/endpoint.c` by the build script.
 pub static ENDPOINT_OBJECT: &[u8] =
@@ -158,14 +158,14 @@ fn open_pinned(path: &Path, name: &'static str) -> Result<Map, MapsError> {
 }
 
 /// The ipcache LPM trie, opened through aya (which checked its key and value sizes).
-pub struct IpCacheMap(LpmTrie<MapData, IpCacheKeyData, RemoteEndpointInfo>);
+pub struct IpCacheMap(LpmTrie<MapData, IpCacheKeyData, IpCacheValue>);
 
 /// aya's LPM key carries the prefix length itself; this is the rest of Cilium's key.
 pub type IpCacheKeyData = [u8; 20];
 
 impl IpCacheMap {
     /// Every entry, in the kernel's iteration order.
-    pub fn entries(&self) -> Result<Vec<(IpCacheKey, RemoteEndpointInfo)>, MapsError> {
+    pub fn entries(&self) -> Result<Vec<(IpCacheKey, IpCacheValue)>, MapsError> {
         let mut out = Vec::new();
         for item in self.0.iter() {
             let (key, value) = item.map_err(|error| MapsError::Map {
@@ -178,7 +178,7 @@ impl IpCacheMap {
     }
 
     /// Writes `key` → `value` (create or overwrite).
-    pub fn insert(&mut self, key: &IpCacheKey, value: &RemoteEndpointInfo) -> Result<(), MapError> {
+    pub fn insert(&mut self, key: &IpCacheKey, value: &IpCacheValue) -> Result<(), MapError> {
         self.0.insert(&to_aya_key(key), value, 0)
     }
 
@@ -196,7 +196,7 @@ impl IpCacheMap {
     pub(crate) fn update_batch(
         &mut self,
         keys: &[IpCacheKey],
-        values: &[RemoteEndpointInfo],
+        values: &[IpCacheValue],
     ) -> Result<(), BatchError> {
         let keys: Vec<Key<IpCacheKeyData>> = keys.iter().map(to_aya_key).collect();
         bpf_sys::update_batch(&mut self.0, &keys, values)

@@ -3,7 +3,7 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
-use meshwork_datapath::ipcache_map::{IpCacheKey, RemoteEndpointInfo};
+use meshwork_datapath::ipcache_map::{IpCacheKey, IpCacheValue};
 use meshwork_datapath::ipcache_writer::{FlushError, IpCacheWriter, Owner};
 use meshwork_datapath::maps::PinDir;
 use meshwork_lab::bpffs::BpfRoot;
@@ -50,7 +50,7 @@ fn writer_fills_the_pinned_map_in_cilium_layout_and_deletes_only_its_own() {
     let (_, value) = entries.iter().find(|(k, _)| *k == key).unwrap();
     assert_eq!(
         *value,
-        RemoteEndpointInfo::new(70_004, Some(Ipv4Addr::new(10, 213, 0, 2)), 0)
+        IpCacheValue::new(70_004, Some(Ipv4Addr::new(10, 213, 0, 2)), 0)
     );
     let key = IpCacheKey::parse("10.214.2.5", 0).unwrap();
     let (_, value) = entries.iter().find(|(k, _)| *k == key).unwrap();

@@ -17,6 +17,9 @@ pub const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// What the agent logs once it runs.
 pub const RUNNING: &str = "meshwork-agent running";
 
+/// Where the agent logs [`RUNNING`] from (its log filter always lets that through).
+const RUNNING_TARGET: &str = "meshwork_agent::builder";
+
 /// How one agent process runs.
 #[derive(Debug, Clone)]
 pub struct AgentOptions {
@@ -132,6 +135,16 @@ impl AgentOptions {
         for (key, value) in &self.env {
             command.env(key, value);
         }
+        // Whatever the filter, the line the launcher waits for is written.
+        let filter = self
+            .env
+            .iter()
+            .rev()
+            .find(|(key, _)| key == "RUST_LOG")
+            .map(|(_, value)| value.clone())
+            .or_else(|| std::env::var("RUST_LOG").ok())
+            .unwrap_or_else(|| "info".to_owned());
+        command.env("RUST_LOG", format!("{filter},{RUNNING_TARGET}=info"));
         command
     }
 }
@@ -158,17 +171,17 @@ impl AgentProcess {
             process: LabProcess::spawn("meshwork-agent", options.command(), &log)?,
             socket: options.socket(),
         };
-        let up = Wait::new("the agent to run")
-            .timeout(START_TIMEOUT)
-            .until(
-                || {
-                    agent.process.check_running()?;
-                    let log = std::fs::read(&log).unwrap_or_default();
-                    let ours = log.get(usize::try_from(offset).unwrap_or(0)..).unwrap_or_default();
-                    Ok(String::from_utf8_lossy(ours).contains(RUNNING))
-                },
-                |up: &Result<bool>| !matches!(up, Ok(false)),
-            );
+        let up = Wait::new("the agent to run").timeout(START_TIMEOUT).until(
+            || {
+                agent.process.check_running()?;
+                let log = std::fs::read(&log).unwrap_or_default();
+                let ours = log
+                    .get(usize::try_from(offset).unwrap_or(0)..)
+                    .unwrap_or_default();
+                Ok(String::from_utf8_lossy(ours).contains(RUNNING))
+            },
+            |up: &Result<bool>| !matches!(up, Ok(false)),
+        );
         match up {
             Ok(Ok(_)) => Ok(agent),
             Ok(Err(exited)) => Err(exited),

@@ -107,12 +107,11 @@ pub fn pinned_len(pin: &Path) -> Result<usize> {
             .arg(pin)
             .arg("-j"),
     )?;
-    let dump: serde_json::Value = serde_json::from_str(&dump).map_err(|err| {
-        LabError::CommandFailed {
+    let dump: serde_json::Value =
+        serde_json::from_str(&dump).map_err(|err| LabError::CommandFailed {
             command: format!("bpftool map dump pinned {}", pin.display()),
             detail: format!("unreadable JSON: {err}"),
-        }
-    })?;
+        })?;
     Ok(dump.as_array().map_or(0, Vec::len))
 }
 

@@ -1,20 +1,20 @@
 //! `cargo xtask bench kvstore`: ipcache entries listed and decoded through the watch store
 //! vs the raw paginated range read of the same keys (etcd-client, no decode), same etcd, same
-//! run, several rounds, medians.
+//! run, several rounds; `ratio=` is the median of the per-round paired ratios.
 
 use std::time::{Duration, Instant};
 
-use meshwork_agent_core::kvstore::{
-    EtcdBackend, WatchStore, WatchStoreOptions, etcd::DEFAULT_PAGE_SIZE, keys,
-};
-use meshwork_agent_core::types::IpCacheDecoder;
+use anyhow::Context as _;
+
+use meshwork_kvstore::{EtcdBackend, WatchStore, WatchStoreOptions, etcd::DEFAULT_PAGE_SIZE, keys};
+use meshwork_lab::cilium::{Cluster, Sizes};
 use meshwork_lab::etcd::{EtcdOptions, EtcdServer};
+use meshwork_types::IpCacheDecoder;
 use tokio_util::sync::CancellationToken;
 
 use crate::floor;
-use crate::measure::{median, ms, peak_rss_mib};
+use crate::measure::{Rounds, back_to_back, ms, odd_rounds, peak_rss_mib};
 use crate::mesh_stores::Discard;
-use meshwork_lab::cilium::{Cluster, Sizes};
 
 const GOAL: f64 = 1.30;
 
@@ -24,8 +24,9 @@ pub struct Args {
     /// ipcache entries.
     #[arg(long, default_value_t = 100_000)]
     entries: u32,
-    /// Rounds; the medians are reported.
-    #[arg(long, default_value_t = 5)]
+    /// Rounds (odd), each the floor and the store back to back; `ratio=` is the median of
+    /// the per-round ratios.
+    #[arg(long, default_value_t = 5, value_parser = odd_rounds)]
     rounds: usize,
     /// Keys per list page, for both the floor and the store.
     #[arg(long, default_value_t = DEFAULT_PAGE_SIZE)]
@@ -66,40 +67,28 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         args.rounds
     );
 
-    let mut floor = Vec::new();
-    let mut store = Vec::new();
+    let mut rounds = Rounds::default();
     for round in 0..args.rounds {
-        // Alternate which goes first so neither always meets a warm or cold etcd.
-        let (f, s) = if round % 2 == 0 {
-            let f = raw_list(&backend, &prefix, args.page_size, args.entries).await?;
-            (
-                f,
-                store_list(&backend, &prefix, args.page_size, args.entries).await?,
-            )
-        } else {
-            let s = store_list(&backend, &prefix, args.page_size, args.entries).await?;
-            (
-                raw_list(&backend, &prefix, args.page_size, args.entries).await?,
-                s,
-            )
-        };
+        let (f, s) = back_to_back(
+            round,
+            || raw_list(&backend, &prefix, args.page_size, args.entries),
+            || store_list(&backend, &prefix, args.page_size, args.entries),
+        )
+        .await?;
+        let ratio = s.as_secs_f64() / f.as_secs_f64();
         println!(
-            "  round {}: raw range read {:>7.1} ms   watch store list+decode {:>7.1} ms   ({:.2}x)",
+            "  round {}: raw range read {:>7.1} ms   watch store list+decode {:>7.1} ms   ratio {ratio:.2}",
             round + 1,
             ms(f),
             ms(s),
-            s.as_secs_f64() / f.as_secs_f64()
         );
-        floor.push(f);
-        store.push(s);
+        rounds.push(ratio, (f, s));
     }
-    let floor = median(&mut floor);
-    let store = median(&mut store);
-    let ratio = store.as_secs_f64() / floor.as_secs_f64();
+    let (ratio, &(floor, store)) = rounds.median().context("no rounds")?;
     println!();
     println!(
         "  {:<42} {:>10} {:>12}",
-        "median of rounds", "ms", "entries/s"
+        "median round (median ratio)", "ms", "entries/s"
     );
     println!(
         "  {:<42} {:>10.1} {:>12.0}",
@@ -113,6 +102,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         ms(store),
         rate(args.entries, store)
     );
+    println!("  per-round ratios: {}", rounds.ratios_line());
     println!(
         "  peak RSS of the benchmark process: {} MiB",
         peak_rss_mib(None)

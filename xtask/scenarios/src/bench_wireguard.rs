@@ -1,22 +1,29 @@
-//! `cargo xtask bench wireguard`: 5,000 remote-node peers reconciled through the `WireGuard`
-//! actor (events → peer table → one UAPI request) vs one raw UAPI `set` of the same peers
-//! (the floor), on two wireguard-go devices in a lab namespace, same run, medians of rounds.
+//! `cargo xtask bench wireguard`: 5,000 remote-node peers reconciled through the agent's
+//! `WireGuard` actor (events → peer table → one UAPI request) vs one raw UAPI `set` of the
+//! same peers (the floor), on fresh wireguard-go devices in a lab namespace, back to back in
+//! each round (alternating which goes first); `ratio=` is the median of the per-round ratios.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use meshwork_agent_core::clustermesh::events::{Change, RemoteEvent, RemoteEvents};
-use meshwork_agent_core::types::{Address, AddressType, IpPrefix, Node};
-use meshwork_agent_core::wireguard::actor::{FlushNow, Stop, WireGuard, WireGuardConfig};
-use meshwork_agent_core::wireguard::key::{Key, PrivateKey};
-use meshwork_agent_core::wireguard::local_node::LocalNode;
-use meshwork_agent_core::wireguard::metrics::WireguardMetrics;
-use meshwork_agent_core::wireguard::uapi::UapiBackend;
-use meshwork_lab::net::LabNet;
+use actix::Actor as _;
+use anyhow::Context as _;
+use meshwork_agent::wireguard::actor::{FlushAndCount, Stop, WireGuard};
+use meshwork_clustermesh::Consumer;
+use meshwork_clustermesh::barrier::SyncBarrier;
+use meshwork_clustermesh::barrier_actor::SyncBarrierActor;
+use meshwork_clustermesh::events::{ClusterRef, RemoteEvents};
+use meshwork_lab::net::{LabNet, Netns};
 use meshwork_lab::wireguard::{WireguardGo, uapi_errno, uapi_request, unique_device_name};
+use meshwork_types::{Address, AddressType, Change, IpPrefix, Node, RemoteEvent, Resource};
+use meshwork_wireguard::device::Device;
+use meshwork_wireguard::key::{Key, PrivateKey};
+use meshwork_wireguard::local_node::LocalNode;
+use meshwork_wireguard::metrics::WireguardMetrics;
+use meshwork_wireguard::uapi::UapiBackend;
 
-use crate::measure::{median, ms};
+use crate::measure::{Rounds, back_to_back, ms, odd_rounds};
 
 const GOAL: f64 = 1.5;
 
@@ -26,8 +33,9 @@ pub struct Args {
     /// Remote nodes (peers).
     #[arg(long, default_value_t = 5000)]
     peers: u32,
-    /// Rounds; the medians are reported.
-    #[arg(long, default_value_t = 3)]
+    /// Rounds (odd), each the raw set and the actor back to back; `ratio=` is the median of
+    /// the per-round ratios.
+    #[arg(long, default_value_t = 5, value_parser = odd_rounds)]
     rounds: usize,
 }
 
@@ -48,7 +56,7 @@ fn peers(count: u32) -> Vec<Peer> {
 }
 
 fn events(peers: &[Peer]) -> anyhow::Result<RemoteEvents> {
-    let events = peers
+    let mut events = peers
         .iter()
         .enumerate()
         .map(|(i, peer)| {
@@ -67,11 +75,10 @@ fn events(peers: &[Peer]) -> anyhow::Result<RemoteEvents> {
                 change: Change::Upsert(Arc::new(node)),
             })
         })
-        .collect::<anyhow::Result<_>>()?;
-    Ok(RemoteEvents {
-        cluster: Arc::from("bench"),
-        events,
-    })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    // The end of a first list, as a store sends it: the actor acknowledges it once applied.
+    events.push(RemoteEvent::ListDone(Resource::Nodes));
+    Ok(RemoteEvents::new(ClusterRef::new("bench", 0), events))
 }
 
 /// The floor's request, formatted here independently of the agent's code.
@@ -94,67 +101,93 @@ fn peer_count(wg: &WireguardGo) -> anyhow::Result<usize> {
     Ok(wg.uapi_get()?.matches("public_key=").count())
 }
 
+/// The floor: one raw UAPI `set` of every peer on a fresh device.
+fn floor_round(netns: &Netns, request: &str, peers: usize) -> anyhow::Result<Duration> {
+    let device = WireguardGo::start(netns, &unique_device_name())?;
+    let started = Instant::now();
+    let answer = uapi_request(&device.uapi_socket(), request)?;
+    let elapsed = started.elapsed();
+    anyhow::ensure!(uapi_errno(&answer) == Some(0), "raw set failed: {answer}");
+    anyhow::ensure!(peer_count(&device)? == peers, "floor peers missing");
+    Ok(elapsed)
+}
+
+/// The subject: the peers' nodes as one batch of remote events through the agent's actor on
+/// a fresh device, opened by the device supervisor as the agent opens it.
+async fn actor_round(netns: &Netns, peers: &[Peer]) -> anyhow::Result<Duration> {
+    let device = WireguardGo::start(netns, &unique_device_name())?;
+    let (opened, restored) = Device::open(
+        Box::new(UapiBackend::new(device.device())),
+        PrivateKey::generate(),
+        None,
+    )
+    .context("opening the device")?;
+    // A real barrier takes the actor's acknowledgements, as in the agent.
+    let barrier = SyncBarrierActor::new(
+        SyncBarrier::new(Duration::from_secs(600)).with_consumer(Consumer::WireGuard),
+    )
+    .start();
+    let actor = WireGuard::new(
+        opened,
+        &restored,
+        false,
+        WireguardMetrics::default(),
+        LocalNode::default(),
+        barrier.recipient(),
+    )
+    .start_own_arbiter();
+    let batch = events(peers)?;
+    let started = Instant::now();
+    actor.do_send(batch);
+    let applied = actor.send(FlushAndCount).await?;
+    let elapsed = started.elapsed();
+    // Its arbiter ends with it; the device goes when `device` drops.
+    actor.send(Stop).await?;
+    anyhow::ensure!(applied == peers.len(), "the actor applied {applied} peers");
+    anyhow::ensure!(peer_count(&device)? == peers.len(), "actor peers missing");
+    Ok(elapsed)
+}
+
 /// Runs the benchmark and prints its table and the closing `ratio=` line.
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let lab = LabNet::new()?;
     let netns = lab.netns("wgbench")?;
     let peers = peers(args.peers);
     let request = raw_set(&peers);
-    let mut floor_times = Vec::new();
-    let mut actor_times = Vec::new();
-    for round in 0..args.rounds {
-        let floor_dev = WireguardGo::start(&netns, &unique_device_name())?;
-        let started = Instant::now();
-        let answer = uapi_request(&floor_dev.uapi_socket(), &request)?;
-        floor_times.push(started.elapsed());
-        anyhow::ensure!(uapi_errno(&answer) == Some(0), "raw set failed: {answer}");
-        anyhow::ensure!(
-            peer_count(&floor_dev)? == peers.len(),
-            "floor peers missing"
-        );
-
-        let actor_dev = WireguardGo::start(&netns, &unique_device_name())?;
-        let actor = WireGuard::new(WireGuardConfig {
-            backend: Box::new(UapiBackend::new(actor_dev.device())),
-            private_key: PrivateKey::generate(),
-            encrypt_node: false,
-            userspace: None,
-            metrics: WireguardMetrics::default(),
-            local_node: LocalNode::default(),
-        })?
-        .start_own_arbiter();
-        let batch = events(&peers)?;
-        let started = Instant::now();
-        actor.do_send(batch);
-        let applied = actor.send(FlushNow).await?;
-        actor_times.push(started.elapsed());
-        // Its arbiter ends with it; the device goes when `actor_dev` drops.
-        actor.send(Stop).await?;
-        anyhow::ensure!(applied == peers.len(), "the actor applied {applied} peers");
-        anyhow::ensure!(
-            peer_count(&actor_dev)? == peers.len(),
-            "actor peers missing"
-        );
-        eprintln!(
-            "round {round}: floor {:.1} ms, actor {:.1} ms",
-            ms(floor_times[round]),
-            ms(actor_times[round])
-        );
-    }
-    let floor = median(&mut floor_times).max(Duration::from_micros(1));
-    let through_actor = median(&mut actor_times);
-    let ratio = through_actor.as_secs_f64() / floor.as_secs_f64();
-    println!("what                                   median");
     println!(
-        "raw UAPI set of {} peers (floor)   {:>8.1} ms",
+        "WireGuard benchmark: {} remote-node peers, {} rounds",
+        args.peers, args.rounds
+    );
+    let mut rounds = Rounds::default();
+    for round in 0..args.rounds {
+        let (floor, actor) = back_to_back(
+            round,
+            || async { floor_round(&netns, &request, peers.len()) },
+            || actor_round(&netns, &peers),
+        )
+        .await?;
+        let ratio = actor.as_secs_f64() / floor.max(Duration::from_micros(1)).as_secs_f64();
+        println!(
+            "  round {}: raw UAPI set {:>7.1} ms   WireGuard actor {:>7.1} ms   ratio {ratio:.2}",
+            round + 1,
+            ms(floor),
+            ms(actor)
+        );
+        rounds.push(ratio, (floor, actor));
+    }
+    let (ratio, &(floor, actor)) = rounds.median().context("no rounds")?;
+    println!("  per-round ratios: {}", rounds.ratios_line());
+    println!("  median round:");
+    println!(
+        "    raw UAPI set of {} peers (floor)   {:>8.1} ms",
         args.peers,
         ms(floor)
     );
     println!(
-        "WireGuard actor reconcile            {:>8.1} ms",
-        ms(through_actor)
+        "    WireGuard actor reconcile            {:>8.1} ms",
+        ms(actor)
     );
-    println!("goal ratio <= {GOAL:.2}");
+    println!("  goal ratio <= {GOAL:.2}");
     println!("ratio={ratio:.2} peers={}", args.peers);
     Ok(())
 }

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use meshwork_agent_core::kvstore::EtcdBackend;
+use meshwork_kvstore::EtcdBackend;
 use meshwork_lab::cilium::{Cluster, Sizes};
 use meshwork_lab::etcd::{EtcdOptions, EtcdServer};
 

@@ -7,10 +7,11 @@ use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use meshwork_lab::agent::{AgentOptions, AgentProcess};
 use meshwork_lab::cilium::Cluster;
 use meshwork_lab::etcd::EtcdServer;
 use meshwork_lab::process::LabProcess;
-use meshwork_lab::wait;
+use meshwork_lab::wait::{self, Wait};
 use nix::sys::signal::Signal;
 use serde_json::Value;
 
@@ -65,26 +66,19 @@ async fn run_in(
         config_dir.display()
     );
 
-    let socket = dir.join("agent.sock");
     let metrics_port = wait::free_port()?;
-    let mut command = std::process::Command::new(&binaries.agent);
-    command
-        .args(["--cluster-name", LOCAL_CLUSTER])
-        .args(["--cluster-id", &LOCAL_CLUSTER_ID.to_string()])
-        .arg("--clustermesh-config")
-        .arg(&config_dir)
-        .arg("--enable-bpf-datapath=false")
-        .arg("--state-dir")
-        .arg(dir.join("state"))
-        .arg("--api-socket")
-        .arg(&socket)
-        .arg("--prometheus-serve-addr")
-        .arg(format!("127.0.0.1:{metrics_port}"))
-        // A plain-text log file.
-        .env("NO_COLOR", "1");
+    let options = AgentOptions::new(
+        &binaries.agent,
+        LOCAL_CLUSTER,
+        LOCAL_CLUSTER_ID,
+        &dir.join("state"),
+    )
+    .clustermesh_config(&config_dir)
+    .metrics_port(metrics_port);
     let started = Instant::now();
-    let mut agent = LabProcess::spawn("meshwork-agent", command, &dir.join("agent.log"))
+    let mut agent = AgentProcess::start(&options)
         .with_context(|| format!("starting {}", binaries.agent.display()))?;
+    let socket = agent.socket().to_owned();
     println!(
         "Started meshwork-agent (pid {}) as cluster {LOCAL_CLUSTER} (ID {LOCAL_CLUSTER_ID})\n  \
          log      {}\n  API      {}\n  metrics  http://127.0.0.1:{metrics_port}/metrics",
@@ -97,7 +91,7 @@ async fn run_in(
     let wait_timeout = format!("{}s", timeout.as_secs());
     println!("\n$ meshctl status --wait --timeout {wait_timeout}");
     let status = supervise(
-        &mut agent,
+        agent.process(),
         "meshctl status --wait",
         &mut meshctl(
             binaries,
@@ -128,20 +122,32 @@ async fn run_in(
     let drain_started = Instant::now();
     println!("\n$ rm {}", file.display());
     let expected = clusters.len() - 1;
-    let ready = loop {
-        running(&mut agent, "the drain")?;
-        let status = status_json(binaries, &socket).await?;
-        let mesh = &status["clustermesh"];
-        if mesh["total"].as_u64() == Some(expected as u64) {
-            break mesh["ready"].as_u64().unwrap_or(0);
-        }
-        if drain_started.elapsed() >= DRAIN_TIMEOUT {
-            bail!(
-                "{removed} still in the agent's status {} s after its config file was removed: {status}",
-                DRAIN_TIMEOUT.as_secs()
-            );
-        }
-        tokio::time::sleep(POLL).await;
+    let drained = Wait::new(format!("{removed} gone from the agent's status"))
+        .timeout(DRAIN_TIMEOUT)
+        .every(POLL)
+        .until_async(
+            || {
+                let running = running(agent.process(), "the drain");
+                let socket = socket.clone();
+                async move {
+                    running?;
+                    let status = status_json(binaries, &socket).await?;
+                    let mesh = &status["clustermesh"];
+                    let drained = mesh["total"].as_u64() == Some(expected as u64);
+                    anyhow::Ok(drained.then(|| mesh["ready"].as_u64().unwrap_or(0)))
+                }
+            },
+            |seen| !matches!(seen, Ok(None)),
+        )
+        .await;
+    let ready = match drained {
+        Ok(Ok(Some(ready))) => ready,
+        Ok(Err(err)) => return Err(err),
+        Ok(Ok(None)) => unreachable!("the wait answers only once drained or failed"),
+        Err(timeout) => bail!(
+            "{removed} still in the agent's status {} s after its config file was removed: {timeout}",
+            DRAIN_TIMEOUT.as_secs()
+        ),
     };
     let drained_after = drain_started.elapsed();
     println!(
@@ -150,7 +156,7 @@ async fn run_in(
     );
     println!("\n$ meshctl status");
     let status = supervise(
-        &mut agent,
+        agent.process(),
         "meshctl status",
         &mut meshctl(binaries, &socket, &["status"]),
         DRAIN_TIMEOUT,
@@ -166,19 +172,28 @@ async fn run_in(
         agent.pid()
     );
     agent
+        .process()
         .signal(Signal::SIGTERM)
         .context("sending SIGTERM to meshwork-agent")?;
     let stop_started = Instant::now();
-    while agent.is_running() {
-        if stop_started.elapsed() >= STOP_TIMEOUT {
-            bail!(
-                "meshwork-agent still running {} s after SIGTERM; log {}:\n{}",
-                STOP_TIMEOUT.as_secs(),
-                agent.log().display(),
-                agent.log_tail()
-            );
-        }
-        tokio::time::sleep(POLL).await;
+    let exited = Wait::new("meshwork-agent to exit after SIGTERM")
+        .timeout(STOP_TIMEOUT)
+        .every(POLL)
+        .until_async(
+            || {
+                let running = agent.process().is_running();
+                async move { running }
+            },
+            |running| !running,
+        )
+        .await;
+    if exited.is_err() {
+        bail!(
+            "meshwork-agent still running {} s after SIGTERM; log {}:\n{}",
+            STOP_TIMEOUT.as_secs(),
+            agent.log().display(),
+            agent.log_tail()
+        );
     }
     let stopped_after = stop_started.elapsed();
     // The exit status is the lab's to reap; the agent's last acts on a clean stop show instead.

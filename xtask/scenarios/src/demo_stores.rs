@@ -5,11 +5,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
-use meshwork_agent_core::kvstore::EtcdBackend;
+use meshwork_kvstore::EtcdBackend;
 use meshwork_lab::cilium::Cluster;
+use meshwork_lab::wait::Wait;
 use tokio_util::sync::CancellationToken;
 
 use crate::mesh_stores::ClusterStores;
+
+/// How often the progress bars are updated.
+const PROGRESS_INTERVAL: Duration = Duration::from_millis(20);
 
 /// Watches every cluster through `backends` until all synced or `timeout`; prints the
 /// per-cluster table and returns the closing summary line.
@@ -88,19 +92,31 @@ async fn show_progress(
         .collect();
     let started = Instant::now();
     let mut synced_after = vec![None; stores.len()];
-    while synced_after.iter().any(Option::is_none) && started.elapsed() < timeout {
-        for (i, store) in stores.iter().enumerate() {
-            progress[i].set_position(store.entries());
-            if synced_after[i].is_none() && store.synced() {
-                synced_after[i] = Some(started.elapsed());
-                progress[i]
-                    .finish_with_message(format!("synced in {} ms", started.elapsed().as_millis()));
-            } else if synced_after[i].is_none() && store.entries() > 0 {
-                progress[i].set_message("listing");
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // Updates the bars on every look; a timeout is not an error here: the bars and the table
+    // show which clusters did not sync, and the caller fails on them.
+    let _ = Wait::new("every cluster synced")
+        .timeout(timeout)
+        .every(PROGRESS_INTERVAL)
+        .until_async(
+            || {
+                for (i, store) in stores.iter().enumerate() {
+                    progress[i].set_position(store.entries());
+                    if synced_after[i].is_none() && store.synced() {
+                        synced_after[i] = Some(started.elapsed());
+                        progress[i].finish_with_message(format!(
+                            "synced in {} ms",
+                            started.elapsed().as_millis()
+                        ));
+                    } else if synced_after[i].is_none() && store.entries() > 0 {
+                        progress[i].set_message("listing");
+                    }
+                }
+                let all = synced_after.iter().all(Option::is_some);
+                async move { all }
+            },
+            |all| *all,
+        )
+        .await;
     for bar in &progress {
         if !bar.is_finished() {
             bar.abandon_with_message("not synced");

@@ -1,6 +1,6 @@
 //! The physical floor of the benchmarks: reading keys raw from etcd, no decoding.
 
-use meshwork_agent_core::kvstore::EtcdBackend;
+use meshwork_kvstore::EtcdBackend;
 
 /// Reads every key under `prefix` page by page at one revision, as the watch store's list
 /// does, and returns how many there were.

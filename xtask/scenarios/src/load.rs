@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
-use meshwork_agent_core::kvstore::{EtcdBackend, EtcdConfig, KvstoreError};
+use meshwork_kvstore::{EtcdBackend, EtcdConfig, KvstoreError};
 use meshwork_lab::cilium::Cluster;
 use meshwork_lab::etcd::EtcdServer;
 

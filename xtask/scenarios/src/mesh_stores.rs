@@ -4,11 +4,11 @@
 use std::sync::Arc;
 
 use futures::FutureExt;
-use meshwork_agent_core::kvstore::{
+use meshwork_kvstore::{
     Decoder, EtcdBackend, KvstoreMetrics, Observer, StoreStatus, WatchStore, WatchStoreManager,
     WatchStoreOptions, keys,
 };
-use meshwork_agent_core::types::{IdentityDecoder, IpCacheDecoder, NodeDecoder, ServiceDecoder};
+use meshwork_types::{IdentityDecoder, IpCacheDecoder, NodeDecoder, ServiceDecoder};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -93,7 +93,7 @@ impl ClusterStores {
 
     /// Whether all four stores have listed their prefix.
     pub fn synced(&self) -> bool {
-        self.statuses.iter().all(|(_, status)| status.synced())
+        self.statuses.iter().all(|(_, status)| status.listed())
     }
 
     /// Entries held by all four stores.

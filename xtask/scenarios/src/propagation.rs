@@ -2,34 +2,30 @@
 //! at the ipcache consumer, against the floor of a raw etcd watch on the same prefix
 //! receiving the same puts in the same run.
 //!
-//! The load generator and the raw watch each run on their own thread and runtime, so the
-//! in-process mesh being measured can neither stall the pacing (which would send bursts
-//! that queue in etcd) nor delay the floor's timestamps. The consumer stamps each entry
-//! itself when it applies it.
+//! The agent is the real one, in process: [`AgentBuilder`] wires its actors exactly as the
+//! binary does (without the BPF datapath or metrics), with a [`Stamper`] observing its remote
+//! events. The load generator and the raw watch each run on their own thread and runtime, so
+//! the in-process agent being measured can neither stall the pacing (which would send bursts
+//! that queue in etcd) nor delay the floor's timestamps. The observer stamps each entry
+//! itself when it handles it.
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use actix::Actor;
-use anyhow::{Context, bail};
-use meshwork_agent_core::clustermesh::barrier::SyncBarrier;
-use meshwork_agent_core::clustermesh::barrier_actor::{GetMeshWait, SyncBarrierActor};
-use meshwork_agent_core::clustermesh::config_dir::{ClusterConfigEvent, RemoteClusterConfig};
-use meshwork_agent_core::clustermesh::identity_actor::IdentityCacheActor;
-use meshwork_agent_core::clustermesh::mesh::{ClusterMesh, ShutdownMesh};
-use meshwork_agent_core::clustermesh::remote_cluster::runner::MeshSettings;
-use meshwork_agent_core::clustermesh::remote_cluster::stores::Sinks;
-use meshwork_agent_core::clustermesh::remote_state::RemoteStateActor;
-use meshwork_agent_core::clustermesh::{SyncKind, WaitOutcome};
-use meshwork_agent_core::kvstore::{EtcdConfig, KvstoreMetrics, WatchEvent, keys};
-use meshwork_agent_core::types::IpCacheEntry;
+use actix::{Actor, Context, Handler, Message};
+use anyhow::{Context as _, bail};
+use clap::Parser as _;
+use meshwork_agent::{AgentBuilder, Args};
+use meshwork_clustermesh::events::RemoteEvents;
+use meshwork_clustermesh::{SyncKind, WaitOutcome};
+use meshwork_kvstore::{WatchEvent, keys};
 use meshwork_lab::cilium::Cluster;
 use meshwork_lab::etcd::EtcdServer;
+use meshwork_types::{Change, RemoteEvent};
 use tokio::sync::mpsc;
 
-use crate::load::connect;
+use crate::load::{connect, write_cluster_config};
 use crate::measure::{ms, quantile};
 
 /// How long the receivers wait for the last put before giving up.
@@ -57,7 +53,7 @@ impl Percentiles {
 /// The propagation figures.
 #[derive(Debug, Clone, Copy)]
 pub struct Figures {
-    /// Put issued → the entry applied by the in-process ipcache consumer.
+    /// Put issued → the entry handled by an observer of the in-process agent's consumers.
     pub consumer: Percentiles,
     /// Put issued → the event on a raw etcd watch of the same prefix (the floor).
     pub raw_watch: Percentiles,
@@ -72,46 +68,79 @@ struct Sent {
     acked_after: Duration,
 }
 
+/// An observer of the agent's remote events: stamps every ipcache upsert when it handles it
+/// and hands `(key below the ipcache prefix, stamp)` on.
+struct Stamper {
+    stamps: mpsc::UnboundedSender<(String, Instant)>,
+}
+
+impl Actor for Stamper {
+    type Context = Context<Self>;
+}
+
+impl Handler<RemoteEvents> for Stamper {
+    type Result = ();
+
+    fn handle(&mut self, batch: RemoteEvents, _: &mut Context<Self>) {
+        let at = Instant::now();
+        for event in batch.events.iter() {
+            if let RemoteEvent::IpCache {
+                change: Change::Upsert(entry),
+                ..
+            } = event
+            {
+                let _ = self.stamps.send((entry.key_name(), at));
+            }
+        }
+    }
+}
+
+/// Answered once every batch queued before it was handled.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Handled;
+
+impl Handler<Handled> for Stamper {
+    type Result = ();
+
+    fn handle(&mut self, _: Handled, _: &mut Context<Self>) {}
+}
+
 /// Puts `puts` new ipcache entries into `server` at `rate` per second and times each to
-/// the consumer of a real in-process mesh and to a raw watch.
+/// an observer of a real in-process agent's consumers and to a raw watch.
 pub async fn measure(
     server: &EtcdServer,
     cluster: &Cluster,
     rate: u32,
     puts: u32,
 ) -> anyhow::Result<Figures> {
-    let (tap_tx, mut tap_rx) = mpsc::unbounded_channel::<(Arc<IpCacheEntry>, Instant)>();
-    let barrier = SyncBarrierActor::new(SyncBarrier::new(Duration::from_secs(600))).start();
-    let state = RemoteStateActor::new(barrier.clone().recipient())
-        .with_ipcache_tap(tap_tx)
-        .start();
-    let sinks = Sinks {
-        barrier: barrier.clone().recipient(),
-        state: state.recipient(),
-        identities: IdentityCacheActor::default().start().recipient(),
-    };
-    let mesh = ClusterMesh::new(
-        MeshSettings::new("bench-local"),
-        200,
-        sinks,
-        KvstoreMetrics::default(),
-    )
-    .start();
-    mesh.send(ClusterConfigEvent::Upsert {
-        name: cluster.name.clone(),
-        config: RemoteClusterConfig {
-            name: cluster.name.clone(),
-            etcd: EtcdConfig::new([server.endpoint()]),
-            hash: 0,
-        },
-    })
-    .await?;
-    let wait = barrier.send(GetMeshWait(SyncKind::IpIdentities)).await?;
-    if wait.wait(None).await? != WaitOutcome::Synced {
-        bail!("the in-process mesh did not sync");
+    let dir = tempfile::tempdir()?;
+    let config = dir.path().join("clustermesh");
+    std::fs::create_dir(&config).with_context(|| format!("creating {}", config.display()))?;
+    write_cluster_config(&config, &cluster.name, &server.endpoint())?;
+    let args = Args::try_parse_from([
+        "meshwork-agent".to_owned(),
+        "--cluster-name=bench-local".to_owned(),
+        "--cluster-id=200".to_owned(),
+        "--enable-bpf-datapath=false".to_owned(),
+        "--prometheus-serve-addr=".to_owned(),
+        "--clustermesh-sync-timeout=10m".to_owned(),
+        format!("--clustermesh-config={}", config.display()),
+        format!("--state-dir={}", dir.path().join("state").display()),
+    ])?;
+    let (stamps_tx, mut stamps) = mpsc::unbounded_channel();
+    let stamper = Stamper { stamps: stamps_tx }.start();
+    let agent = AgentBuilder::new(args)
+        .observer(stamper.clone().recipient())
+        .start()
+        .await?;
+    if agent.wait(SyncKind::IpIdentities, None).await? != WaitOutcome::Synced {
+        bail!("the in-process agent did not sync");
     }
-    // The initial list's events are in the tap too; drain them before timing.
-    while tap_rx.try_recv().is_ok() {}
+    // The initial list's events are stamped too: let the observer handle every batch queued
+    // so far, then drop their stamps before timing (only the puts' keys count anyway).
+    stamper.send(Handled).await?;
+    while stamps.try_recv().is_ok() {}
 
     let endpoint = server.endpoint();
     let prefix = format!("{}/", keys::IPCACHE_DEFAULT_PREFIX);
@@ -123,20 +152,23 @@ pub async fn measure(
     let keys: Vec<(String, Vec<u8>)> = (0..puts)
         .map(|n| cluster.ipcache(cluster.sizes.ipcache + 1000 + n))
         .collect();
+    let relative = |key: &str| key.strip_prefix(&prefix).unwrap_or(key).to_owned();
+    let expected: HashSet<String> = keys.iter().map(|(key, _)| relative(key)).collect();
     let generator = on_own_thread("load generator", move || generate(endpoint, keys, rate))?;
 
     let mut consumed = HashMap::new();
     let deadline = tokio::time::Instant::now() + RECEIVE_DEADLINE;
-    while consumed.len() < puts as usize {
-        match tokio::time::timeout_at(deadline, tap_rx.recv()).await {
-            Ok(Some((entry, at))) => {
-                consumed.entry(entry.key_name()).or_insert(at);
+    while consumed.len() < expected.len() {
+        match tokio::time::timeout_at(deadline, stamps.recv()).await {
+            Ok(Some((key, at))) if expected.contains(&key) => {
+                consumed.entry(key).or_insert(at);
             }
+            Ok(Some(_)) => {}
             _ => break,
         }
     }
-    // The in-process mesh stops here, before its etcd does.
-    mesh.send(ShutdownMesh).await?;
+    // The in-process agent stops here, before its etcd does.
+    agent.shutdown().await;
     let sent = join(generator)?;
     let watched = join(raw)?;
     if consumed.len() < sent.len() {
@@ -146,7 +178,6 @@ pub async fn measure(
             sent.len()
         );
     }
-    let relative = |key: &str| key.strip_prefix(&prefix).unwrap_or(key).to_owned();
     let after = |seen: &HashMap<String, Instant>, s: &Sent| {
         seen.get(&relative(&s.key))
             .map_or(f64::MAX, |at| ms(at.saturating_duration_since(s.issued)))

@@ -5,17 +5,20 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use meshwork_agent_core::datapath::drops;
-use meshwork_agent_core::datapath::ipcache_map::IpCacheKey;
-use meshwork_agent_core::datapath::maps::PinDir;
+use meshwork_datapath::drops;
+use meshwork_datapath::ipcache_map::IpCacheKey;
+use meshwork_datapath::maps::PinDir;
+use meshwork_lab::agent::{AgentOptions, AgentProcess};
 use meshwork_lab::bpffs::BpfRoot;
-use meshwork_lab::process::LabProcess;
+use meshwork_lab::wait::Wait;
 use meshwork_proto::agent::v1 as pb;
 use meshwork_proto::agent::v1::agent_client::AgentClient;
 use meshwork_proto::agent::v1::datapath_client::DatapathClient;
 
-use super::poll_until;
 use crate::binaries::Binaries;
+
+/// How long an agent may take to answer its first status request once it says it runs.
+const API_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// A proof agent's fixed parts (kept across its restarts).
 pub struct ProofAgent {
@@ -24,7 +27,7 @@ pub struct ProofAgent {
     cluster_id: u32,
     dir: PathBuf,
     bpf: BpfRoot,
-    process: Option<LabProcess>,
+    process: Option<AgentProcess>,
     starts: u32,
 }
 
@@ -51,9 +54,26 @@ impl ProofAgent {
         })
     }
 
+    /// How the agent runs, with `--clustermesh-ip-identities-sync-timeout=<wait>`; its log
+    /// is per start (`agent-<n>.log` in its state dir), so a restart keeps the first run's.
+    fn options(&self, binaries: &Binaries, wait_timeout: &str) -> AgentOptions {
+        AgentOptions::new(
+            &binaries.agent,
+            &self.cluster,
+            self.cluster_id,
+            &self.dir.join("state"),
+        )
+        .clustermesh_config(&self.dir.join("clustermesh"))
+        .bpf_root(self.bpf.path())
+        .flags([format!(
+            "--clustermesh-ip-identities-sync-timeout={wait_timeout}"
+        )])
+        .log_name(&format!("agent-{}.log", self.starts))
+    }
+
     /// The API socket.
     pub fn socket(&self) -> PathBuf {
-        self.dir.join("agent.sock")
+        self.dir.join("state").join("agent.sock")
     }
 
     /// Where its maps are pinned.
@@ -62,42 +82,29 @@ impl ProofAgent {
     }
 
     /// Starts the agent with `--clustermesh-ip-identities-sync-timeout=<wait>` and waits for
-    /// its API.
+    /// its API to answer.
     pub async fn start(&mut self, binaries: &Binaries, wait_timeout: &str) -> anyhow::Result<()> {
         self.starts += 1;
-        let mut command = std::process::Command::new(&binaries.agent);
-        command
-            .args(["--cluster-name", &self.cluster])
-            .args(["--cluster-id", &self.cluster_id.to_string()])
-            .arg("--clustermesh-config")
-            .arg(self.dir.join("clustermesh"))
-            .arg("--state-dir")
-            .arg(self.dir.join("state"))
-            .arg("--api-socket")
-            .arg(self.socket())
-            .arg("--bpf-root")
-            .arg(self.bpf.path())
-            .arg(format!(
-                "--clustermesh-ip-identities-sync-timeout={wait_timeout}"
-            ))
-            .args(["--prometheus-serve-addr", ""])
-            .env("NO_COLOR", "1");
-        let log = self.dir.join(format!("agent-{}.log", self.starts));
-        let process = LabProcess::spawn("meshwork-agent", command, &log)?;
+        let options = self.options(binaries, wait_timeout);
+        let process = AgentProcess::start(&options)
+            .with_context(|| format!("starting agent {}", self.cluster))?;
+        let log = process.log().to_owned();
         self.process = Some(process);
-        let socket = self.socket();
-        poll_until("the agent's API", Duration::from_secs(20), || {
-            let socket = socket.clone();
-            async move { status(&socket).await.ok() }
-        })
-        .await
-        .with_context(|| {
-            format!(
-                "agent {} did not serve its API; log {}",
-                self.cluster,
-                log.display()
-            )
-        })?;
+        let socket = options.socket();
+        Wait::new(format!("agent {}'s API", self.cluster))
+            .timeout(API_TIMEOUT)
+            .some_async(|| {
+                let socket = socket.clone();
+                async move { status(&socket).await.ok() }
+            })
+            .await
+            .with_context(|| {
+                format!(
+                    "agent {} did not serve its API; log {}",
+                    self.cluster,
+                    log.display()
+                )
+            })?;
         Ok(())
     }
 
@@ -112,7 +119,7 @@ impl ProofAgent {
     pub fn log_tail(&self) -> String {
         self.process
             .as_ref()
-            .map(LabProcess::log_tail)
+            .map(AgentProcess::log_tail)
             .unwrap_or_default()
     }
 

@@ -9,13 +9,14 @@ mod agent;
 mod stream;
 mod topology;
 
-use std::future::Future;
+use std::cell::Cell;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
-use meshwork_agent_core::kvstore::EtcdBackend;
+use meshwork_kvstore::EtcdBackend;
 use meshwork_lab::cilium::{Cluster, Sizes};
 use meshwork_lab::etcd::EtcdServer;
+use meshwork_lab::wait::Wait;
 use meshwork_proto::agent::v1 as pb;
 use serde_json::json;
 
@@ -113,13 +114,11 @@ pub async fn run_once(binaries: &Binaries, with_wait: bool) -> anyhow::Result<Ru
     agent_b.start(binaries, "1m").await?;
     agent_a.start(binaries, "1m").await?;
     for agent in [&agent_a, &agent_b] {
-        poll_until(
-            "the remote cluster ready",
-            Duration::from_secs(30),
-            || async { agent.mesh_ready().await.then_some(()) },
-        )
-        .await
-        .with_context(|| format!("agent {}: {}", agent.cluster, agent.log_tail()))?;
+        Wait::new("the remote cluster ready")
+            .timeout(Duration::from_secs(30))
+            .until_async(|| agent.mesh_ready(), |ready| *ready)
+            .await
+            .with_context(|| format!("agent {}: {}", agent.cluster, agent.log_tail()))?;
     }
     let id_a = cluster_a.identity(0);
     let id_b = cluster_b.identity(0);
@@ -145,10 +144,9 @@ pub async fn run_once(binaries: &Binaries, with_wait: bool) -> anyhow::Result<Ru
         .await?;
 
     let stream = Stream::start(&topo.pod_a, &topo.pod_b, POD_B)?;
-    poll_until("the stream flowing", Duration::from_secs(10), || async {
-        (stream.received() >= 200).then_some(())
-    })
-    .await?;
+    Wait::new("the stream flowing")
+        .timeout(Duration::from_secs(10))
+        .until(|| stream.received(), |received| *received >= 200)?;
     let drops_before = agent_a.drops()?;
 
     // A goes down; B's canaries vanish (its state is being re-synced); A comes back.
@@ -159,52 +157,34 @@ pub async fn run_once(binaries: &Binaries, with_wait: bool) -> anyhow::Result<Ru
     let wait = if with_wait { "1m" } else { "0s" };
     agent_a.start(binaries, wait).await?;
     let back = Instant::now();
+    let sampler = Sampler {
+        agent: &agent_a,
+        kv_b: &kv_b,
+        cluster_b: &cluster_b,
+        back,
+        samples: Cell::default(),
+        canaries_written: Cell::new(false),
+        regenerated_at: Cell::new(None),
+    };
+    let sampled = Wait::new("endpoint A regenerated onto a map holding pod B")
+        .timeout(SAMPLING_TIMEOUT)
+        .every(SAMPLE_INTERVAL)
+        .until_async(|| sampler.sample(), |done| !matches!(done, Ok(false)))
+        .await;
+    match sampled {
+        Ok(Ok(_)) => {}
+        Ok(Err(err)) => return Err(err),
+        Err(timeout) => bail!("{timeout}; agent log:\n{}", agent_a.log_tail()),
+    }
+    let samples = sampler.samples.get();
     let mut report = RunReport {
         drops: 0,
-        stream: StreamReport::default(),
-        regenerated_without_b: 0,
-        b_before_regeneration: 0,
-        waiting: 0,
+        stream: stream.finish(),
+        regenerated_without_b: samples.regenerated_without_b,
+        b_before_regeneration: samples.b_before_regeneration,
+        waiting: samples.waiting,
         bad_written: 0,
     };
-    let mut canaries_written = false;
-    let mut regenerated_at = None;
-    let deadline = back + Duration::from_secs(60);
-    loop {
-        if Instant::now() > deadline {
-            bail!(
-                "endpoint A did not regenerate; agent log:\n{}",
-                agent_a.log_tail()
-            );
-        }
-        // The endpoint's state first, then the map: a regenerated endpoint must find B there.
-        let state = agent_a.endpoint(ENDPOINT_A).await?;
-        let has_b = agent_a.ipcache_has(POD_B)?;
-        let regenerated = state
-            .as_ref()
-            .is_some_and(|(_, generation)| *generation > 0);
-        if state.as_ref().is_some_and(|(s, _)| s == "waiting-for-sync") {
-            report.waiting += 1;
-        }
-        match (regenerated, has_b) {
-            (true, false) => report.regenerated_without_b += 1,
-            (false, true) => report.b_before_regeneration += 1,
-            _ => {}
-        }
-        if !canaries_written && back.elapsed() >= LATE_BY {
-            kv_b.put_many(cluster_b.canaries(), 100).await?;
-            canaries_written = true;
-        }
-        if regenerated && has_b && canaries_written {
-            let at = *regenerated_at.get_or_insert_with(Instant::now);
-            // Keep the stream going a while on the regenerated program.
-            if at.elapsed() >= Duration::from_secs(1) {
-                break;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    report.stream = stream.finish();
     for (ip, _) in bad_entries(&cluster_b) {
         if agent_a.ipcache_has(ip)? {
             report.bad_written += 1;
@@ -295,20 +275,64 @@ fn endpoint(
     }
 }
 
-/// Polls `check` every 20 ms until it answers `Some`, for at most `timeout`.
-pub async fn poll_until<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> anyhow::Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let started = Instant::now();
-    loop {
-        if let Some(value) = check().await {
-            return Ok(value);
+/// How long after A's restart the sampling may take at most.
+const SAMPLING_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often A's endpoint and map are sampled.
+const SAMPLE_INTERVAL: Duration = Duration::from_millis(20);
+/// How long the stream keeps going on the regenerated program before the run ends.
+const AFTER_REGENERATION: Duration = Duration::from_secs(1);
+
+/// Counts of what the samples saw.
+#[derive(Debug, Clone, Copy, Default)]
+struct Samples {
+    waiting: u32,
+    regenerated_without_b: u32,
+    b_before_regeneration: u32,
+}
+
+/// Samples A's endpoint and map after its restart, writes B's canaries back once B has been
+/// late long enough, and says when the run is done. Its counters live in cells: a wait's
+/// observation borrows it only shared.
+struct Sampler<'a> {
+    agent: &'a ProofAgent,
+    kv_b: &'a EtcdBackend,
+    cluster_b: &'a Cluster,
+    back: Instant,
+    samples: Cell<Samples>,
+    canaries_written: Cell<bool>,
+    regenerated_at: Cell<Option<Instant>>,
+}
+
+impl Sampler<'_> {
+    /// One sample; `Ok(true)` once A regenerated onto a map holding B after B's canaries
+    /// came back, and the stream ran on it a while.
+    async fn sample(&self) -> anyhow::Result<bool> {
+        // The endpoint's state first, then the map: a regenerated endpoint must find B there.
+        let state = self.agent.endpoint(ENDPOINT_A).await?;
+        let has_b = self.agent.ipcache_has(POD_B)?;
+        let regenerated = state
+            .as_ref()
+            .is_some_and(|(_, generation)| *generation > 0);
+        let mut samples = self.samples.get();
+        if state.as_ref().is_some_and(|(s, _)| s == "waiting-for-sync") {
+            samples.waiting += 1;
         }
-        if started.elapsed() > timeout {
-            bail!("timed out after {timeout:?} waiting for {what}");
+        match (regenerated, has_b) {
+            (true, false) => samples.regenerated_without_b += 1,
+            (false, true) => samples.b_before_regeneration += 1,
+            _ => {}
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        self.samples.set(samples);
+        if !self.canaries_written.get() && self.back.elapsed() >= LATE_BY {
+            self.kv_b.put_many(self.cluster_b.canaries(), 100).await?;
+            self.canaries_written.set(true);
+        }
+        if regenerated && has_b && self.canaries_written.get() {
+            let at = self.regenerated_at.get().unwrap_or_else(Instant::now);
+            self.regenerated_at.set(Some(at));
+            // Keep the stream going a while on the regenerated program.
+            return Ok(at.elapsed() >= AFTER_REGENERATION);
+        }
+        Ok(false)
     }
 }
