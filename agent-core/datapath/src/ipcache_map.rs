@@ -117,6 +117,17 @@ impl IpCacheKey {
         })
     }
 
+    /// aya's LPM key of this key: the prefix length, then the rest of Cilium's key as bytes
+    /// (exactly what the kernel sees).
+    pub fn to_aya(&self) -> aya::maps::lpm_trie::Key<crate::maps::IpCacheKeyData> {
+        let mut data = [0u8; 20];
+        data[..2].copy_from_slice(&self.pad1.to_ne_bytes());
+        data[2] = self.cluster_id;
+        data[3] = self.family;
+        data[4..].copy_from_slice(&self.ip);
+        aya::maps::lpm_trie::Key::new(self.prefixlen, data)
+    }
+
     /// Parses `ip` or `ip/len` (the forms of the kvstore and of `meshctl`).
     pub fn parse(text: &str, cluster_id: u8) -> Result<Self, EntryError> {
         let (ip, len) = match text.split_once('/') {

@@ -179,12 +179,12 @@ impl IpCacheMap {
 
     /// Writes `key` → `value` (create or overwrite).
     pub fn insert(&mut self, key: &IpCacheKey, value: &IpCacheValue) -> Result<(), MapError> {
-        self.0.insert(&to_aya_key(key), value, 0)
+        self.0.insert(&key.to_aya(), value, 0)
     }
 
     /// Deletes `key`; a missing key is not an error.
     pub fn remove(&mut self, key: &IpCacheKey) -> Result<(), MapError> {
-        match self.0.remove(&to_aya_key(key)) {
+        match self.0.remove(&key.to_aya()) {
             Err(MapError::SyscallError(err)) if err.io_error.kind() == io::ErrorKind::NotFound => {
                 Ok(())
             }
@@ -198,18 +198,9 @@ impl IpCacheMap {
         keys: &[IpCacheKey],
         values: &[IpCacheValue],
     ) -> Result<(), BatchError> {
-        let keys: Vec<Key<IpCacheKeyData>> = keys.iter().map(to_aya_key).collect();
+        let keys: Vec<Key<IpCacheKeyData>> = keys.iter().map(IpCacheKey::to_aya).collect();
         bpf_sys::update_batch(&mut self.0, &keys, values)
     }
-}
-
-fn to_aya_key(key: &IpCacheKey) -> Key<IpCacheKeyData> {
-    let mut data = [0u8; 20];
-    data[..2].copy_from_slice(&key.pad1.to_ne_bytes());
-    data[2] = key.cluster_id;
-    data[3] = key.family;
-    data[4..].copy_from_slice(&key.ip);
-    Key::new(key.prefixlen, data)
 }
 
 fn from_aya_key(prefixlen: u32, data: IpCacheKeyData) -> IpCacheKey {

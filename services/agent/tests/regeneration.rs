@@ -8,11 +8,13 @@
 //!   endpoints: their wait counts the datapath's and the identity cache's acknowledgements,
 //!   not WireGuard's.
 
+mod common;
+
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use meshwork_datapath::endpoint::{EndpointSpec, EndpointStore};
-use meshwork_kvstore::{EtcdBackend, EtcdConfig, keys};
+use meshwork_kvstore::{EtcdBackend, EtcdConfig};
 use meshwork_lab::agent::{AgentOptions, AgentProcess};
 use meshwork_lab::bpffs::BpfRoot;
 use meshwork_lab::cilium::{Cluster, Sizes};
@@ -137,17 +139,12 @@ fn remote_c2() -> (Cluster, Vec<(String, Vec<u8>)>) {
     };
     let mut state = cluster.state();
     for i in 0..2u8 {
-        let name = format!("c2-node-{i}");
         let key = PrivateKey::generate().public_key().to_base64();
-        let value = serde_json::json!({
-            "Name": name, "Cluster": "c2", "ClusterID": 2,
-            "IPAddresses": [{"Type": "InternalIP", "IP": format!("10.213.9.{}", i + 1)}],
-            "IPv4AllocCIDR": {"IP": format!("10.214.{}.0", 20 + i), "Mask": "////AA=="},
-            "WireguardPubKey": key,
-        });
-        state.push((
-            format!("{}/c2/{name}", keys::NODES_PREFIX),
-            value.to_string().into_bytes(),
+        state.push(common::c2_node(
+            &format!("c2-node-{i}"),
+            &format!("10.213.9.{}", i + 1),
+            &format!("10.214.{}", 20 + i),
+            &key,
         ));
     }
     (cluster, state)

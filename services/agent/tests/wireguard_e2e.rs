@@ -15,25 +15,27 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use meshwork_kvstore::{EtcdBackend, EtcdConfig};
+use meshwork_lab::agent::{AgentOptions, AgentProcess};
 use meshwork_lab::cilium::{Cluster, Sizes};
 use meshwork_lab::etcd::EtcdServer;
 use meshwork_lab::net::{LabNet, Netns};
-use meshwork_lab::process::LabProcess;
 use meshwork_lab::wait;
 use meshwork_lab::wireguard::{WireguardGo, unique_device_name};
 use meshwork_wireguard::key::{Key, PrivateKey};
 use serde_json::{Value, json};
 
-mod common {
-    pub mod prometheus;
-}
+mod common;
 
-use common::prometheus;
+use common::{c2_node, prometheus};
 
 const NODES: &str = "cilium/state/nodes/v1/c2";
 
+fn agent_binary() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_meshwork-agent"))
+}
+
 fn meshctl() -> PathBuf {
-    let meshctl = PathBuf::from(env!("CARGO_BIN_EXE_meshwork-agent")).with_file_name("meshctl");
+    let meshctl = agent_binary().with_file_name("meshctl");
     assert!(
         meshctl.exists(),
         "build meshctl first (cargo build -p meshctl)"
@@ -73,19 +75,6 @@ fn etcd_delete(server: &EtcdServer, key: &str) {
     });
 }
 
-fn node(name: &str, ip: &str, pod_net: &str, key: &str) -> (String, Vec<u8>) {
-    let value = json!({
-        "Name": name, "Cluster": "c2",
-        "IPAddresses": [
-            {"Type": "CiliumInternalIP", "IP": format!("{pod_net}.1")},
-            {"Type": "InternalIP", "IP": ip},
-        ],
-        "IPv4AllocCIDR": {"IP": format!("{pod_net}.0"), "Mask": "////AA=="},
-        "ClusterID": 2, "Source": "custom-resource", "WireguardPubKey": key,
-    });
-    (format!("{NODES}/{name}"), value.to_string().into_bytes())
-}
-
 /// The remote cluster c2: its config, the given nodes, and its sync canaries.
 fn remote_cluster(nodes: Vec<(String, Vec<u8>)>) -> EtcdServer {
     let server = EtcdServer::start().unwrap();
@@ -108,18 +97,18 @@ fn remote_cluster(nodes: Vec<(String, Vec<u8>)>) -> EtcdServer {
 
 struct Agent {
     dir: tempfile::TempDir,
-    process: Option<LabProcess>,
-    /// `--prometheus-serve-addr` (empty: no metrics endpoint).
-    metrics_addr: String,
+    process: Option<AgentProcess>,
+    /// The metrics port on 127.0.0.1, if any.
+    metrics_port: Option<u16>,
 }
 
 impl Agent {
     fn start(etcd: &EtcdServer, extra: &[&str]) -> Self {
-        Self::start_with_metrics(etcd, String::new(), extra)
+        Self::start_with_metrics(etcd, None, extra)
     }
 
-    /// Also serves metrics on `metrics_addr` (127.0.0.1 only).
-    fn start_with_metrics(etcd: &EtcdServer, metrics_addr: String, extra: &[&str]) -> Self {
+    /// Also serves metrics on 127.0.0.1:`metrics_port`.
+    fn start_with_metrics(etcd: &EtcdServer, metrics_port: Option<u16>, extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("clustermesh");
         std::fs::create_dir(&config).unwrap();
@@ -131,27 +120,22 @@ impl Agent {
         let mut agent = Self {
             dir,
             process: None,
-            metrics_addr,
+            metrics_port,
         };
         agent.spawn(extra);
         agent
     }
 
     fn spawn(&mut self, extra: &[&str]) {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_meshwork-agent"));
-        command
-            .args(["--cluster-name", "c1", "--cluster-id", "1"])
-            .args(["--clustermesh-sync-timeout", "30s", "--enable-wireguard"])
+        let mut options = AgentOptions::new(agent_binary(), "c1", 1, self.dir.path())
+            .clustermesh_config(&self.dir.path().join("clustermesh"))
             // WireGuard alone: no BPF maps pinned in the host's bpffs.
-            .arg("--enable-bpf-datapath=false")
-            .args(["--prometheus-serve-addr", &self.metrics_addr])
-            .arg("--clustermesh-config")
-            .arg(self.dir.path().join("clustermesh"))
-            .arg("--state-dir")
-            .arg(self.dir.path())
-            .args(extra);
-        let log = self.dir.path().join("agent.log");
-        self.process = Some(LabProcess::spawn("meshwork-agent", command, &log).unwrap());
+            .flags(["--clustermesh-sync-timeout", "30s", "--enable-wireguard"])
+            .flags(extra.iter().copied());
+        if let Some(port) = self.metrics_port {
+            options = options.metrics_port(port);
+        }
+        self.process = Some(AgentProcess::start(&options).unwrap());
     }
 
     fn stop(&mut self) {
@@ -308,13 +292,13 @@ fn tunnel_survives_an_agent_restart_during_a_partition_and_gc_removes_only_the_d
     let key_b = PrivateKey::generate();
     let gone_key = PrivateKey::generate().public_key().to_base64();
     let mut etcd = remote_cluster(vec![
-        node(
+        c2_node(
             "n1",
             "10.213.0.2",
             "10.214.2",
             &key_b.public_key().to_base64(),
         ),
-        node("n2", "10.213.0.3", "10.214.3", &gone_key),
+        c2_node("n2", "10.213.0.3", "10.214.3", &gone_key),
     ]);
     let mut agent = Agent::start(&etcd, &["--wireguard-device", &dev_a]);
     let status = agent.until("two peers", |s| {
@@ -467,15 +451,15 @@ fn duplicate_and_malformed_keys_are_rejected_and_a_vanished_fallback_device_is_r
     let key1 = PrivateKey::generate().public_key().to_base64();
     let key3 = PrivateKey::generate().public_key().to_base64();
     let etcd = remote_cluster(vec![
-        node("n1", "10.213.0.2", "10.214.2", &key1),
-        node("n2", "10.213.0.3", "10.214.3", &key1), // duplicate of n1's
-        node("n3", "10.213.0.4", "10.214.4", "bm90IGEga2V5"), // base64, not 32 bytes
-        node("n4", "10.213.0.5", "10.214.5", &key3),
+        c2_node("n1", "10.213.0.2", "10.214.2", &key1),
+        c2_node("n2", "10.213.0.3", "10.214.3", &key1), // duplicate of n1's
+        c2_node("n3", "10.213.0.4", "10.214.4", "bm90IGEga2V5"), // base64, not 32 bytes
+        c2_node("n4", "10.213.0.5", "10.214.5", &key3),
     ]);
     let metrics_port = wait::free_port().unwrap();
     let mut agent = Agent::start_with_metrics(
         &etcd,
-        format!("127.0.0.1:{metrics_port}"),
+        Some(metrics_port),
         &[
             "--wireguard-device",
             &dev_a,

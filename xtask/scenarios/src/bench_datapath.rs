@@ -151,17 +151,6 @@ fn entry(i: u32) -> Arc<IpCacheEntry> {
     Arc::new(IpCacheEntry::from_pair(pair).expect("a valid entry"))
 }
 
-/// aya's LPM key of a Cilium ipcache key: the prefix length, then the rest of the key as
-/// bytes (what the kernel sees).
-fn aya_key(key: &IpCacheKey) -> Key<IpCacheKeyData> {
-    let mut data = [0u8; 20];
-    data[..2].copy_from_slice(&key.pad1.to_ne_bytes());
-    data[2] = key.cluster_id;
-    data[3] = key.family;
-    data[4..].copy_from_slice(&key.ip);
-    Key::new(key.prefixlen, data)
-}
-
 /// The floor: one insert (one BPF_MAP_UPDATE_ELEM) per entry through aya into a fresh,
 /// identical map, opened from its pin independently of the agent's code.
 fn raw_loop(entries: &[Arc<IpCacheEntry>]) -> anyhow::Result<Duration> {
@@ -175,7 +164,7 @@ fn raw_loop(entries: &[Arc<IpCacheEntry>]) -> anyhow::Result<Duration> {
     // Encoding is not the syscall's cost: done before the clock starts.
     let encoded: Vec<(Key<IpCacheKeyData>, IpCacheValue)> = entries
         .iter()
-        .map(|e| ipcache_map::encode(e, None).map(|(key, value)| (aya_key(&key), value)))
+        .map(|e| ipcache_map::encode(e, None).map(|(key, value)| (IpCacheKey::to_aya(&key), value)))
         .collect::<Result<_, _>>()?;
     let started = Instant::now();
     for (key, value) in &encoded {

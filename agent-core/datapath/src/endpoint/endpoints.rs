@@ -221,17 +221,10 @@ impl Endpoints {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::endpoint::spec::test_spec;
 
     fn spec(id: u64) -> EndpointSpec {
-        EndpointSpec {
-            id,
-            interface: format!("lxc{id}"),
-            netns: None,
-            ips: vec!["10.214.1.1".parse().unwrap()],
-            identity: 1,
-            allowed_identities: vec![],
-            host: false,
-        }
+        test_spec(id)
     }
 
     fn states(endpoints: &Endpoints) -> Vec<(u64, EndpointState, u64)> {

@@ -41,16 +41,12 @@ pub fn restore_plan(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::endpoint::spec::test_spec;
 
     fn spec(id: u64, host: bool) -> EndpointSpec {
         EndpointSpec {
-            id,
-            interface: format!("lxc{id}"),
-            netns: None,
-            ips: vec!["10.214.1.1".parse().unwrap()],
-            identity: 1,
-            allowed_identities: vec![],
             host,
+            ..test_spec(id)
         }
     }
 

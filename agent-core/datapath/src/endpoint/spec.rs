@@ -69,3 +69,17 @@ impl EndpointSpec {
         }
     }
 }
+
+/// An endpoint for unit tests: `lxc<id>` in the agent's namespace, one IP, identity 1000.
+#[cfg(test)]
+pub(crate) fn test_spec(id: u64) -> EndpointSpec {
+    EndpointSpec {
+        id,
+        interface: format!("lxc{id}"),
+        netns: None,
+        ips: vec!["10.214.1.10".parse().expect("an IP")],
+        identity: 1000,
+        allowed_identities: vec![2000],
+        host: false,
+    }
+}

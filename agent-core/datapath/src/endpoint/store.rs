@@ -128,17 +128,10 @@ fn read(path: &Path) -> Result<EndpointSpec, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::endpoint::spec::test_spec;
 
     fn spec(id: u64) -> EndpointSpec {
-        EndpointSpec {
-            id,
-            interface: format!("lxc{id}"),
-            netns: None,
-            ips: vec!["10.214.1.10".parse().unwrap()],
-            identity: 1000,
-            allowed_identities: vec![2000],
-            host: false,
-        }
+        test_spec(id)
     }
 
     #[test]

@@ -63,6 +63,24 @@ pub fn load_blocking(server: &EtcdServer, cluster: &Cluster) {
         .block_on(async { load(&connect(server).await, cluster).await.unwrap() });
 }
 
+/// A node of remote cluster c2 (ID 2) in Cilium's layout, with its WireGuard public `key`:
+/// InternalIP `ip`, pod CIDR `<pod_net>.0/24` (CiliumInternalIP `<pod_net>.1`).
+pub fn c2_node(name: &str, ip: &str, pod_net: &str, key: &str) -> (String, Vec<u8>) {
+    let value = serde_json::json!({
+        "Name": name, "Cluster": "c2",
+        "IPAddresses": [
+            {"Type": "CiliumInternalIP", "IP": format!("{pod_net}.1")},
+            {"Type": "InternalIP", "IP": ip},
+        ],
+        "IPv4AllocCIDR": {"IP": format!("{pod_net}.0"), "Mask": "////AA=="},
+        "ClusterID": 2, "Source": "custom-resource", "WireguardPubKey": key,
+    });
+    (
+        format!("{}/c2/{name}", meshwork_kvstore::keys::NODES_PREFIX),
+        value.to_string().into_bytes(),
+    )
+}
+
 /// What one cluster contributed, as a consumer sees it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Contribution {
