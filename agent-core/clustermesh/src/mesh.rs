@@ -20,7 +20,7 @@ use crate::events::{ClusterRef, Sinks};
 use crate::mesh_state::{Command, MeshState};
 use crate::remote_cluster::runner::{ConnectionState, MeshSettings};
 use crate::remote_cluster::stores::ClusterStores;
-use crate::remote_cluster::{RemoteClusterHandle, Shared, Stopped, status_of};
+use crate::remote_cluster::{LoopContext, RemoteClusterHandle, Stopped, status_of};
 use crate::status::ClusterStatus;
 
 /// The mesh of remote clusters.
@@ -58,8 +58,8 @@ impl ClusterMesh {
         }
     }
 
-    fn shared(&self, ctx: &Context<Self>) -> Shared {
-        Shared {
+    fn loop_context(&self, ctx: &Context<Self>) -> LoopContext {
+        LoopContext {
             settings: self.settings.clone(),
             sinks: self.sinks.clone(),
             ids: ctx.address().recipient(),
@@ -80,7 +80,7 @@ impl ClusterMesh {
                     let handle = RemoteClusterHandle::spawn(
                         cluster.clone(),
                         config,
-                        &self.shared(ctx),
+                        &self.loop_context(ctx),
                         self.kept.remove(&cluster.name),
                         self.last_state.remove(&cluster.name),
                     );
@@ -89,7 +89,7 @@ impl ClusterMesh {
                 Command::Restart { cluster, config } => {
                     tracing::info!(cluster = %cluster.name, "cluster config changed; reconnecting");
                     let stopping = self.stop_loop(&cluster);
-                    let shared = self.shared(ctx);
+                    let shared = self.loop_context(ctx);
                     ctx.spawn(stopping.into_actor(self).map(move |stopped, mesh, ctx| {
                         mesh.last_state.remove(&cluster.name);
                         let handle = RemoteClusterHandle::spawn(

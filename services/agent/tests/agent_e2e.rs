@@ -46,11 +46,7 @@ fn load(server: &EtcdServer, name: &str, id: u32) {
 }
 
 fn write_config(dir: &Path, name: &str, server: &EtcdServer) {
-    std::fs::write(
-        dir.join(name),
-        format!("endpoints:\n- {}\n", server.endpoint()),
-    )
-    .unwrap();
+    meshwork_lab::agent::write_cluster_config(dir, name, &server.endpoint()).unwrap();
 }
 
 fn status_json(socket: &Path) -> Option<serde_json::Value> {

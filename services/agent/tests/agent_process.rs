@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 mod common;
 
 use meshwork_datapath::maps::PinDir;
-use meshwork_lab::agent::{AgentOptions, AgentProcess};
+use meshwork_lab::agent::{AgentOptions, AgentProcess, write_cluster_config};
 use meshwork_lab::bpffs::BpfRoot;
 use meshwork_lab::cilium::{Cluster, Sizes};
 use meshwork_lab::etcd::EtcdServer;
@@ -101,12 +101,7 @@ fn sigterm_stops_everything_and_exits_0_within_2s_draining_nothing() {
     let (remote, cluster) = loaded_remote();
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("clustermesh");
-    std::fs::create_dir(&config).unwrap();
-    std::fs::write(
-        config.join(&cluster.name),
-        format!("endpoints:\n- {}\n", remote.endpoint()),
-    )
-    .unwrap();
+    write_cluster_config(&config, &cluster.name, &remote.endpoint()).unwrap();
     let bpf = BpfRoot::new().unwrap();
     let metrics = meshwork_lab::wait::free_port().unwrap();
     let options = AgentOptions::new(agent_binary(), "c1", 1, &dir.path().join("state"))

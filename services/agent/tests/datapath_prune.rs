@@ -103,11 +103,7 @@ async fn the_agent_prunes_restored_state_only_after_each_mesh_wait() {
     c_backend.put(&key, value).await.unwrap();
     let config = tempfile::tempdir().unwrap();
     for (name, etcd) in [("b", &b), ("c", &c)] {
-        std::fs::write(
-            config.path().join(name),
-            format!("endpoints:\n- {}\n", etcd.endpoint()),
-        )
-        .unwrap();
+        meshwork_lab::agent::write_cluster_config(config.path(), name, &etcd.endpoint()).unwrap();
     }
     let mesh = Mesh::start_with(
         Options::new("local", 9, Duration::from_secs(600))

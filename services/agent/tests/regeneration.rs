@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use meshwork_datapath::endpoint::{EndpointSpec, EndpointStore};
 use meshwork_kvstore::{EtcdBackend, EtcdConfig};
-use meshwork_lab::agent::{AgentOptions, AgentProcess};
+use meshwork_lab::agent::{AgentOptions, AgentProcess, write_cluster_config};
 use meshwork_lab::bpffs::BpfRoot;
 use meshwork_lab::cilium::{Cluster, Sizes};
 use meshwork_lab::etcd::EtcdServer;
@@ -171,12 +171,7 @@ async fn a_hung_wireguard_device_does_not_delay_endpoint_regeneration() {
     backend.put(&key, value).await.unwrap();
     backend.put_many(remote_state, 100).await.unwrap();
     let config = dir.path().join("clustermesh");
-    std::fs::create_dir(&config).unwrap();
-    std::fs::write(
-        config.join("c2"),
-        format!("endpoints:\n- {}\n", etcd.endpoint()),
-    )
-    .unwrap();
+    write_cluster_config(&config, "c2", &etcd.endpoint()).unwrap();
     let bpf = BpfRoot::new().unwrap();
     let options = AgentOptions::new(agent_binary(), "c1", 1, &state)
         .bpf_root(bpf.path())

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use meshwork_kvstore::{EtcdBackend, EtcdConfig};
-use meshwork_lab::agent::{AgentOptions, AgentProcess};
+use meshwork_lab::agent::{AgentOptions, AgentProcess, write_cluster_config};
 use meshwork_lab::cilium::{Cluster, Sizes};
 use meshwork_lab::etcd::EtcdServer;
 use meshwork_lab::net::{LabNet, Netns};
@@ -110,13 +110,7 @@ impl Agent {
     /// Also serves metrics on 127.0.0.1:`metrics_port`.
     fn start_with_metrics(etcd: &EtcdServer, metrics_port: Option<u16>, extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let config = dir.path().join("clustermesh");
-        std::fs::create_dir(&config).unwrap();
-        std::fs::write(
-            config.join("c2"),
-            format!("endpoints:\n- {}\n", etcd.endpoint()),
-        )
-        .unwrap();
+        write_cluster_config(&dir.path().join("clustermesh"), "c2", &etcd.endpoint()).unwrap();
         let mut agent = Self {
             dir,
             process: None,

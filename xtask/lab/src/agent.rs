@@ -20,6 +20,16 @@ pub const RUNNING: &str = "meshwork-agent running";
 /// Where the agent logs [`RUNNING`] from (its log filter always lets that through).
 const RUNNING_TARGET: &str = "meshwork_agent::builder";
 
+/// Writes `<dir>/<cluster>`: the clustermesh config file of a remote cluster whose etcd is
+/// at `endpoint`, as the agent reads it (creating `dir` if needed).
+pub fn write_cluster_config(dir: &Path, cluster: &str, endpoint: &str) -> Result<PathBuf> {
+    std::fs::create_dir_all(dir).map_err(LabError::io(format!("creating {}", dir.display())))?;
+    let file = dir.join(cluster);
+    std::fs::write(&file, format!("endpoints:\n- {endpoint}\n"))
+        .map_err(LabError::io(format!("writing {}", file.display())))?;
+    Ok(file)
+}
+
 /// How one agent process runs.
 #[derive(Debug, Clone)]
 pub struct AgentOptions {

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use meshwork_kvstore::{EtcdBackend, EtcdConfig, KvstoreError};
+use meshwork_lab::agent::write_cluster_config;
 use meshwork_lab::cilium::Cluster;
 use meshwork_lab::etcd::EtcdServer;
 
@@ -23,17 +24,6 @@ pub async fn load(backend: &EtcdBackend, cluster: &Cluster) -> Result<usize, Kvs
     backend.put_many(state, 1000).await?;
     backend.put_many(cluster.canaries(), 1000).await?;
     Ok(count)
-}
-
-/// Writes `<config_dir>/<cluster>`: the cluster's config file naming its etcd `endpoint`.
-pub fn write_cluster_config(
-    config_dir: &Path,
-    cluster: &str,
-    endpoint: &str,
-) -> anyhow::Result<()> {
-    let file = config_dir.join(cluster);
-    std::fs::write(&file, format!("endpoints:\n- {endpoint}\n"))
-        .with_context(|| format!("writing {}", file.display()))
 }
 
 /// Creates `<dir>/clustermesh` with one config file per cluster and returns its path.

@@ -25,7 +25,9 @@ use meshwork_lab::etcd::EtcdServer;
 use meshwork_types::{Change, RemoteEvent};
 use tokio::sync::mpsc;
 
-use crate::load::{connect, write_cluster_config};
+use meshwork_lab::agent::write_cluster_config;
+
+use crate::load::connect;
 use crate::measure::{ms, quantile};
 
 /// How long the receivers wait for the last put before giving up.

@@ -24,7 +24,7 @@ use crate::status::ClusterStatus;
 
 /// What every remote cluster's loop shares.
 #[derive(Clone)]
-pub struct Shared {
+pub struct LoopContext {
     /// Agent-wide settings.
     pub settings: MeshSettings,
     /// Where the stores send.
@@ -51,7 +51,7 @@ impl RemoteClusterHandle {
     pub fn spawn(
         cluster: ClusterRef,
         config: RemoteClusterConfig,
-        shared: &Shared,
+        shared: &LoopContext,
         stores: Option<ClusterStores>,
         previous: Option<ConnectionState>,
     ) -> Self {

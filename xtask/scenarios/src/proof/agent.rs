@@ -43,7 +43,7 @@ impl ProofAgent {
         let dir = dir.join(cluster);
         let config = dir.join("clustermesh");
         std::fs::create_dir_all(&config)?;
-        crate::load::write_cluster_config(&config, remote, remote_endpoint)?;
+        meshwork_lab::agent::write_cluster_config(&config, remote, remote_endpoint)?;
         Ok(Self {
             cluster: cluster.to_owned(),
             cluster_id,
