@@ -182,12 +182,12 @@ impl ClusterMesh {
                 let mut status = match self.running.get(name) {
                     Some(handle) => handle.status(),
                     None => {
-                        let endpoints = view
+                        let etcd_endpoints = view
                             .config
                             .map(|c| c.etcd.endpoints.join(","))
                             .unwrap_or_default();
                         let state = self.last_state.get(name).cloned().unwrap_or_default();
-                        status_of(name, &endpoints, &state)
+                        status_of(name, &etcd_endpoints, &state)
                     }
                 };
                 if let Some(invalid) = view.invalid {

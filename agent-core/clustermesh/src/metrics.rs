@@ -29,7 +29,7 @@ pub struct MeshMetrics {
     last_failure_ts: Family<TargetCluster, Gauge<f64, AtomicU64>>,
     nodes: PerCluster,
     services: PerCluster,
-    endpoints: PerCluster,
+    ipcache: PerCluster,
     identities: PerCluster,
     known: Mutex<BTreeSet<String>>,
 }
@@ -71,7 +71,7 @@ impl MeshMetrics {
         registry.register(
             "remote_cluster_endpoints",
             "ipcache entries of a remote cluster",
-            m.endpoints.clone(),
+            m.ipcache.clone(),
         );
         registry.register(
             "remote_cluster_identities",
@@ -98,7 +98,7 @@ impl MeshMetrics {
                 &self.failures,
                 &self.nodes,
                 &self.services,
-                &self.endpoints,
+                &self.ipcache,
                 &self.identities,
             ] {
                 family.remove(&label);
@@ -119,7 +119,7 @@ impl MeshMetrics {
             set(&self.failures, status.failures);
             set(&self.nodes, status.entries.nodes);
             set(&self.services, status.entries.services);
-            set(&self.endpoints, status.entries.ipcache);
+            set(&self.ipcache, status.entries.ipcache);
             set(&self.identities, status.entries.identities);
             let ts = status
                 .last_failure

@@ -38,7 +38,7 @@ pub struct LoopContext {
 /// A running connection loop of one remote cluster.
 pub struct RemoteClusterHandle {
     cluster: ClusterRef,
-    endpoints: String,
+    etcd_endpoints: String,
     cancel: CancellationToken,
     task: JoinHandle<Option<ClusterStores>>,
     state: watch::Receiver<ConnectionState>,
@@ -56,7 +56,7 @@ impl RemoteClusterHandle {
         previous: Option<ConnectionState>,
     ) -> Self {
         tracing::info!(cluster = %cluster.name, endpoints = ?config.etcd.endpoints, "connecting to remote cluster");
-        let endpoints = config.etcd.endpoints.join(",");
+        let etcd_endpoints = config.etcd.endpoints.join(",");
         let (state, receiver) = watch::channel(previous.unwrap_or_default());
         let runner = Runner {
             cluster: cluster.clone(),
@@ -71,7 +71,7 @@ impl RemoteClusterHandle {
         let task = tokio::spawn(runner.run(stores, cancel.clone()));
         Self {
             cluster,
-            endpoints,
+            etcd_endpoints,
             cancel,
             task,
             state: receiver,
@@ -106,7 +106,11 @@ impl RemoteClusterHandle {
 
     /// The cluster's status now.
     pub fn status(&self) -> ClusterStatus {
-        status_of(&self.cluster.name, &self.endpoints, &self.state.borrow())
+        status_of(
+            &self.cluster.name,
+            &self.etcd_endpoints,
+            &self.state.borrow(),
+        )
     }
 }
 
@@ -118,11 +122,11 @@ pub struct Stopped {
     pub state: ConnectionState,
 }
 
-/// The status of `name` (connecting to `endpoints`) in connection state `state`.
-pub fn status_of(name: &str, endpoints: &str, state: &ConnectionState) -> ClusterStatus {
+/// The status of `name` (its etcd at `etcd_endpoints`) in connection state `state`.
+pub fn status_of(name: &str, etcd_endpoints: &str, state: &ConnectionState) -> ClusterStatus {
     ClusterStatus {
         name: name.to_owned(),
-        etcd_endpoints: endpoints.to_owned(),
+        etcd_endpoints: etcd_endpoints.to_owned(),
         connected: state.connected,
         cluster_id: state.cluster_id,
         config_required: state.config_required,
