@@ -22,7 +22,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-pub use classic::classic_text;
+use classic::classic_text;
 
 /// The metrics endpoint could not be bound.
 #[derive(Debug, thiserror::Error)]

@@ -78,11 +78,6 @@ impl RemoteClusterHandle {
         }
     }
 
-    /// The cluster.
-    pub fn cluster(&self) -> &ClusterRef {
-        &self.cluster
-    }
-
     /// Stops the loop; resolves to its stores and last state once it has stopped.
     pub fn stop(self) -> impl Future<Output = Stopped> + Send + 'static {
         self.cancel.cancel();

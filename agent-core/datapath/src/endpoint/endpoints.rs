@@ -207,11 +207,6 @@ impl Endpoints {
         }
     }
 
-    /// Whether `id` is present.
-    pub fn contains(&self, id: u64) -> bool {
-        self.endpoints.contains_key(&id)
-    }
-
     /// The endpoints by ID.
     pub fn list(&self) -> Vec<EndpointStatus> {
         self.endpoints.values().map(|(s, _)| s.clone()).collect()
