@@ -1,7 +1,11 @@
 //! Generates the gRPC code from `meshwork/**/*.proto` with protox (a Rust protobuf compiler),
-//! so building the workspace never needs a system `protoc`.
+//! so building the workspace never needs a system `protoc`; and writes the compiled
+//! descriptor set (with the files' comments) that server reflection serves.
 
 use std::error::Error;
+use std::path::PathBuf;
+
+use prost::Message as _;
 
 /// The API's files, relative to this crate's root (which is also the include path).
 const PROTOS: &[&str] = &[
@@ -15,6 +19,8 @@ fn main() -> Result<(), Box<dyn Error>> {
     // prost-build only emits rerun hints when it runs protoc itself; here it doesn't.
     println!("cargo:rerun-if-changed=meshwork");
     let fds = protox::compile(PROTOS, ["."])?;
+    let out = PathBuf::from(std::env::var_os("OUT_DIR").ok_or("OUT_DIR is not set")?);
+    std::fs::write(out.join("meshwork_descriptor_set.bin"), fds.encode_to_vec())?;
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)

@@ -1,7 +1,9 @@
 //! The real `meshwork-operator` binary in kvstore mode against moto and etcd: a CiliumNode
 //! key for a moto instance gets its ENI and pool published, `/healthz` and `/metrics` answer
 //! (the classic text format unless OpenMetrics is asked for), the NodeIpam gRPC service
-//! serves the snapshot, and SIGTERM ends it with exit status 0. The same over TLS, with
+//! serves the snapshot — also to a Python client (grpcio, stubs generated from `proto/`), with
+//! standard health and reflection — and SIGTERM ends it with exit status 0, its health
+//! NOT_SERVING first. An operator that cannot describe EC2 stays NOT_SERVING. The same over TLS, with
 //! client-certificate auth as an etcd user that may touch only the CiliumNode keys; and a
 //! taken metrics port fails the start, naming the address and the OS error.
 
@@ -13,12 +15,16 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::time::Duration;
 
 use common::Lab;
+use futures::StreamExt as _;
 use meshwork_kvstore::{EtcdBackend, EtcdConfig};
 use meshwork_lab::etcd::{Access, EtcdOptions, EtcdServer};
+use meshwork_lab::python_client;
 use meshwork_lab::wait::{Wait, free_port};
 use meshwork_operator::cilium_node::{CiliumNode, CiliumNodeSpec};
 use meshwork_operator::node_store::KEY_PREFIX;
 use meshwork_operator::node_store::etcd::{decode, key};
+use meshwork_proto::operator::v1::node_ipam_server;
+use meshwork_proto::standard::client::{HealthStatus, health, watch_health};
 
 const DEADLINE: Duration = Duration::from_secs(60);
 /// How long the operator may take to exit after SIGTERM.
@@ -78,11 +84,16 @@ async fn put_node(backend: &EtcdBackend, instance: &str) {
 
 /// Starts the operator against `lab`'s moto and the etcd `etcd_args` name.
 fn start_operator(lab: &Lab, etcd_args: &[&str]) -> Operator {
+    start_operator_against(&lab.moto.endpoint(), etcd_args)
+}
+
+/// Starts the operator against the EC2 API at `ec2` and the etcd `etcd_args` name.
+fn start_operator_against(ec2: &str, etcd_args: &[&str]) -> Operator {
     let metrics_port = free_port().expect("port");
     let grpc_port = free_port().expect("port");
     let child = Command::new(env!("CARGO_BIN_EXE_meshwork-operator"))
         .args(["--cluster-name", "lab", "--aws-region", "us-east-1"])
-        .args(["--ec2-endpoint", &lab.moto.endpoint()])
+        .args(["--ec2-endpoint", ec2])
         .args(etcd_args)
         .args([
             "--prometheus-serve-addr",
@@ -167,11 +178,7 @@ fn terminate(operator: &mut Operator) -> ExitStatus {
 #[ignore = "needs the patched moto server and real etcd: `cargo xtask test` runs it"]
 async fn the_binary_allocates_for_an_etcd_node_and_exits_0_on_sigterm() {
     let lab = Lab::start("10.213.0.0/24").await;
-    let etcd = EtcdServer::start_with(EtcdOptions {
-        data_in_memory: true,
-        ..EtcdOptions::default()
-    })
-    .expect("etcd");
+    let etcd = memory_etcd();
     let backend = connect(&EtcdConfig::new([etcd.endpoint()])).await;
     let instance = lab.instance("m5.large").await;
     put_node(&backend, &instance).await;
@@ -222,6 +229,94 @@ async fn the_binary_allocates_for_an_etcd_node_and_exits_0_on_sigterm() {
     assert_eq!(snapshot.pool.len(), 8);
     assert_eq!(snapshot.enis.len(), 2);
 
+    let target = format!("127.0.0.1:{}", operator.grpc_port);
+    let checks = python_client::check_server(&target, &["operator", "--node", "node-1"])
+        .expect("the Python client");
+    assert!(checks.passed, "{}", checks.output);
+    for check in [
+        "health meshwork.operator.v1.NodeIpam",
+        "reflection v1 lists the served services",
+        "reflection describes meshwork.operator.v1.NodeIpam",
+        "NodeIpam.GetNodeIpam",
+        "NodeIpam.GetNodeIpam with an invalid name",
+    ] {
+        assert!(checks.passed_check(check), "{check}: {}", checks.output);
+    }
+
+    let channel = grpc_channel(operator.grpc_port).await;
+    let mut watch = watch_health(channel, "").await.expect("Health/Watch");
+    assert_eq!(
+        watch.next().await.expect("a status").expect("ok"),
+        HealthStatus::Serving
+    );
+    let status = terminate(&mut operator);
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    assert_eq!(
+        watch.next().await.map(|s| s.expect("ok")),
+        Some(HealthStatus::NotServing),
+        "NOT_SERVING before the server goes"
+    );
+}
+
+/// A channel to the operator's gRPC port, once it accepts.
+async fn grpc_channel(port: u16) -> tonic::transport::Channel {
+    Wait::new("the operator's gRPC port")
+        .timeout(DEADLINE)
+        .every(Duration::from_millis(50))
+        .until_async(
+            || async move {
+                tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
+                    .expect("endpoint")
+                    .connect()
+                    .await
+                    .ok()
+            },
+            Option::is_some,
+        )
+        .await
+        .unwrap_or_else(|err| panic!("{err}"))
+        .expect("checked connected")
+}
+
+/// A single-member etcd keeping its data in memory.
+fn memory_etcd() -> EtcdServer {
+    EtcdServer::start_with(EtcdOptions {
+        data_in_memory: true,
+        ..EtcdOptions::default()
+    })
+    .expect("etcd")
+}
+
+#[tokio::test]
+#[ignore = "needs real etcd: `cargo xtask test` runs it"]
+async fn an_operator_that_cannot_describe_ec2_is_not_serving() {
+    let etcd = memory_etcd();
+    let endpoint = etcd.endpoint();
+    // Nothing listens on port 1: every describe fails.
+    let mut operator =
+        start_operator_against("http://127.0.0.1:1", &["--kvstore-endpoints", &endpoint]);
+    let channel = grpc_channel(operator.grpc_port).await;
+    // The store's listing arrives at once; the describe never succeeds.
+    let store_listed = Wait::new("the CiliumNode store's first listing")
+        .timeout(DEADLINE)
+        .every(Duration::from_millis(100))
+        .until(
+            || http_get(operator.metrics_port, "/metrics", "text/plain"),
+            |m| {
+                m.as_ref()
+                    .is_some_and(|m| m.contains("source=\"lab\",action=\"read\"} 1"))
+            },
+        );
+    assert!(store_listed.is_ok(), "{store_listed:?}");
+    for service in ["", node_ipam_server::SERVICE_NAME] {
+        assert_eq!(
+            health(channel.clone(), service)
+                .await
+                .expect("Health/Check"),
+            HealthStatus::NotServing,
+            "{service:?}"
+        );
+    }
     let status = terminate(&mut operator);
     assert_eq!(status.code(), Some(0), "{status:?}");
 }

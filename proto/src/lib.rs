@@ -7,10 +7,13 @@
 //!   (`meshwork.agent.v1.Encrypt`): [`agent::v1::encrypt_client::EncryptClient`].
 //! - [`operator::v1`]: the operator's IPAM API for agents (`meshwork.operator.v1.NodeIpam`):
 //!   each node's published allocation as one consistent snapshot.
+//! - [`standard`]: health and reflection, which every Meshwork gRPC server adds.
 //! - [`connect_unix`]: a tonic [`Channel`](tonic::transport::Channel) to a unix socket.
 
+pub mod standard;
 mod unix;
 
+pub use standard::{FILE_DESCRIPTOR_SET, Readiness, StandardServices};
 pub use unix::{ConnectError, connect_unix, connect_unix_with};
 
 /// The agent's API, package `meshwork.agent.v1`.

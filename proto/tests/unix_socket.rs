@@ -2,46 +2,15 @@
 
 use std::io;
 
+mod common;
+
+use common::FakeAgent;
+use meshwork_proto::agent::v1::StatusRequest;
 use meshwork_proto::agent::v1::agent_client::AgentClient;
-use meshwork_proto::agent::v1::agent_server::{Agent, AgentServer};
-use meshwork_proto::agent::v1::{
-    ClusterMeshStatus, RemoteClusterStatus, StatusRequest, StatusResponse, WaitSyncedRequest,
-    WaitSyncedResponse,
-};
+use meshwork_proto::agent::v1::agent_server::AgentServer;
 use meshwork_proto::{ConnectError, connect_unix};
 use tokio::net::UnixListener;
 use tokio_stream::wrappers::UnixListenerStream;
-use tonic::{Request, Response, Status};
-
-/// Answers with a fixed status; the agent's logic is not what is tested here.
-struct FakeAgent;
-
-#[tonic::async_trait]
-impl Agent for FakeAgent {
-    async fn status(&self, _: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
-        Ok(Response::new(StatusResponse {
-            datapath: None,
-            clustermesh: Some(ClusterMeshStatus {
-                ready: 1,
-                total: 1,
-                clusters: vec![RemoteClusterStatus {
-                    name: "cluster-2".into(),
-                    ready: true,
-                    cluster_id: 2,
-                    last_error: None,
-                    ..Default::default()
-                }],
-            }),
-        }))
-    }
-
-    async fn wait_synced(
-        &self,
-        _: Request<WaitSyncedRequest>,
-    ) -> Result<Response<WaitSyncedResponse>, Status> {
-        Err(Status::unimplemented("not part of this test"))
-    }
-}
 
 #[tokio::test]
 async fn status_over_a_unix_socket() {

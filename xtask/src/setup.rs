@@ -4,7 +4,7 @@
 //! provides, not by `dpkg` alone. Only when something is missing does setup run
 //! `apt-get update` (once) and one `apt-get install` for all missing packages; if that batch
 //! fails, it retries the packages one by one so the report can say which failed and why.
-//! Then the Python venv `<cache>/venv` (moto, boto3, kubernetes-validate) is created and
+//! Then the Python venv `<cache>/venv` (moto, boto3, kubernetes-validate, grpcio) is created and
 //! filled, if its checks fail. The cache dir is `$MESHWORK_CACHE_DIR`, else
 //! `$XDG_CACHE_HOME/meshwork`, else `$HOME/.cache/meshwork` (the lab resolves the same).
 //!

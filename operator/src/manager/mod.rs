@@ -55,6 +55,8 @@ pub struct Operator<S: NodeStore + Clone + Unpin + 'static> {
     pub nodes: Addr<NodeManager<S>>,
     /// The instances manager.
     pub instances: Addr<InstancesManager>,
+    /// True once the EC2 cache and the node store have each been read in full.
+    pub ready: tokio::sync::watch::Receiver<bool>,
 }
 
 /// Starts both actors (inside an actix system).
@@ -66,7 +68,9 @@ pub fn start<S: NodeStore + Clone + Unpin + 'static>(
     let ec2 = deps.ec2.clone();
     let cache = deps.cache.clone();
     let queue = NodeQueue::new(config.eni_tags.clone(), config.prefix_delegation);
-    let nodes = NodeManager::new(queue, deps, config.workers).start();
+    let manager = NodeManager::new(queue, deps, config.workers);
+    let ready = manager.readiness();
+    let nodes = manager.start();
     let instances = InstancesManager::new(
         ec2,
         cache,
@@ -78,5 +82,9 @@ pub fn start<S: NodeStore + Clone + Unpin + 'static>(
     )
     .start();
     nodes.do_send(ConnectInstances(instances.clone().recipient()));
-    Operator { nodes, instances }
+    Operator {
+        nodes,
+        instances,
+        ready,
+    }
 }

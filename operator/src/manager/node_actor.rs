@@ -65,6 +65,10 @@ pub struct NodeManager<S: NodeStore + Clone + Unpin + 'static> {
     running: usize,
     /// Passes wait for the first successful describe.
     cache_ready: bool,
+    /// The store's first full listing arrived.
+    listed: bool,
+    /// Both of the above: the operator can answer for every node (its gRPC health).
+    ready: tokio::sync::watch::Sender<bool>,
     wake: Option<(Instant, SpawnHandle)>,
     instances: Option<Recipient<Resync>>,
 }
@@ -78,9 +82,22 @@ impl<S: NodeStore + Clone + Unpin + 'static> NodeManager<S> {
             workers: workers.max(1),
             running: 0,
             cache_ready: false,
+            listed: false,
+            ready: tokio::sync::watch::Sender::new(false),
             wake: None,
             instances: None,
         }
+    }
+
+    /// Turns true once the EC2 cache and the node store have each been read in full.
+    pub fn readiness(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.ready.subscribe()
+    }
+
+    fn update_readiness(&self) {
+        let ready = self.cache_ready && self.listed;
+        self.ready
+            .send_if_modified(|was| std::mem::replace(was, ready) != ready);
     }
 
     /// Starts every pass that may start, and arms a timer for the next one that must wait.
@@ -158,7 +175,11 @@ impl<S: NodeStore + Clone + Unpin + 'static> Handler<NodeEvent> for NodeManager<
                     tracing::info!(node = %name, "CiliumNode deleted; allocator stopped");
                 }
             }
-            NodeEvent::Listed(names) => self.queue.retain(&names),
+            NodeEvent::Listed(names) => {
+                self.queue.retain(&names);
+                self.listed = true;
+                self.update_readiness();
+            }
         }
         self.drive(ctx);
     }
@@ -171,6 +192,7 @@ impl<S: NodeStore + Clone + Unpin + 'static> Handler<CacheSynced> for NodeManage
         if synced.ok {
             self.cache_ready = true;
             self.queue.mark_all();
+            self.update_readiness();
         }
         self.drive(ctx);
     }

@@ -49,8 +49,10 @@ impl pb::agent_server::Agent for LocalApi {
     ) -> Result<Response<pb::WaitSyncedResponse>, Status> {
         let request = request.into_inner();
         let started = tokio::time::Instant::now();
-        let deadline =
-            (request.timeout_ms > 0).then(|| started + Duration::from_millis(request.timeout_ms));
+        // A deadline beyond what an instant can hold is no deadline of its own.
+        let deadline = (request.timeout_ms > 0)
+            .then(|| started.checked_add(Duration::from_millis(request.timeout_ms)))
+            .flatten();
         let mut kinds = Vec::new();
         for kind in &request.kinds {
             kinds.push(match pb::SyncKind::try_from(*kind) {
@@ -80,7 +82,10 @@ impl pb::agent_server::Agent for LocalApi {
                 Err(err @ WaitError::CallerDeadline { .. }) => {
                     return Err(Status::deadline_exceeded(err.to_string()));
                 }
-                Err(err) => return Err(Status::internal(err.to_string())),
+                // Only per-cluster waits end this way; a retry waits on what is there then.
+                Err(err @ WaitError::Disconnected(_)) => {
+                    return Err(Status::unavailable(err.to_string()));
+                }
             }
         }
         Ok(Response::new(pb::WaitSyncedResponse {

@@ -15,7 +15,9 @@
 //!    barrier knows every configured cluster — proven by the [`KnownClusters`] it returns;
 //! 6. [`Mesh::arm`]: what waits on the barrier (endpoint regeneration, pruning of restored
 //!    maps, WireGuard's garbage collection), which needs [`KnownClusters`];
-//! 7. [`Armed::serve`]: the API and the metrics served; the agent is running.
+//! 7. [`Armed::serve`]: the API and the metrics served; the agent is running. Its gRPC health
+//!    says `NOT_SERVING` until the start-up sync wait has returned (synced, or the breaker
+//!    fired), `SERVING` after, and `NOT_SERVING` again once [`Agent::shutdown`] begins.
 
 use std::io;
 use std::path::PathBuf;
@@ -37,9 +39,10 @@ use meshwork_clustermesh::remote_cluster::runner::MeshSettings;
 use meshwork_clustermesh::{Consumer, SyncKind, WaitError, WaitOutcome};
 use meshwork_http::{BindError, MetricsServer, Refresh};
 use meshwork_kvstore::KvstoreMetrics;
-use meshwork_proto::agent::v1::agent_server::AgentServer;
-use meshwork_proto::agent::v1::datapath_server::DatapathServer;
-use meshwork_proto::agent::v1::encrypt_server::EncryptServer;
+use meshwork_proto::agent::v1::agent_server::{self, AgentServer};
+use meshwork_proto::agent::v1::datapath_server::{self, DatapathServer};
+use meshwork_proto::agent::v1::encrypt_server::{self, EncryptServer};
+use meshwork_proto::{Readiness, StandardServices};
 use meshwork_wireguard::local_node::LocalNode;
 use prometheus_client::registry::Registry;
 use tokio::net::UnixListener;
@@ -152,7 +155,7 @@ impl AgentBuilder {
         let mesh = consumers.start_mesh(&args, settings, observers, &mut registry);
         let (mesh, known) = mesh.load(initial).await?;
         let armed = mesh.arm(&args, &known);
-        let agent = armed.serve(listeners, registry);
+        let agent = armed.serve(listeners, registry).await;
         tracing::info!(cluster = %args.cluster_name, socket = %args.api_socket().display(), "meshwork-agent running");
         Ok(agent)
     }
@@ -352,8 +355,9 @@ impl Mesh {
 pub struct Armed(Mesh);
 
 impl Armed {
-    /// Serves the API on the bound socket and the metrics on the bound port.
-    pub fn serve(self, mut listeners: Listeners, registry: Registry) -> Agent {
+    /// Serves the API (with gRPC health and reflection) on the bound socket and the metrics
+    /// on the bound port; the health turns `SERVING` once the start-up sync wait returns.
+    pub async fn serve(self, mut listeners: Listeners, registry: Registry) -> Agent {
         let Mesh {
             consumers,
             mesh,
@@ -362,6 +366,15 @@ impl Armed {
         } = self.0;
         let shutdown = CancellationToken::new();
         let mut servers = Vec::new();
+        let mut served = vec![agent_server::SERVICE_NAME, encrypt_server::SERVICE_NAME];
+        if consumers.datapath.is_some() {
+            served.push(datapath_server::SERVICE_NAME);
+        }
+        let (standard, readiness) = StandardServices::new(&served).await;
+        let becoming_ready = tokio::spawn(ready_after_sync(
+            consumers.barrier.clone(),
+            readiness.clone(),
+        ));
         let api = LocalApi {
             mesh: mesh.clone(),
             barrier: consumers.barrier.clone(),
@@ -372,6 +385,7 @@ impl Armed {
                 listener,
                 api,
                 EncryptApi(consumers.wireguard.clone()),
+                standard,
                 shutdown.clone(),
             ));
         }
@@ -397,24 +411,45 @@ impl Armed {
             wireguard: consumers.wireguard,
             shutdown,
             servers,
+            readiness,
+            becoming_ready,
             _socket: listeners.api,
         }
     }
+}
+
+/// Reports the agent ready once the start-up wait for every kind has returned, as
+/// `meshctl status --wait` sees it: synced, or the breaker fired.
+async fn ready_after_sync(barrier: Addr<SyncBarrierActor>, readiness: Readiness) {
+    for kind in [SyncKind::Nodes, SyncKind::Services, SyncKind::IpIdentities] {
+        let Ok(wait) = barrier.send(GetMeshWait::all(kind)).await else {
+            return;
+        };
+        if let Err(err) = wait.wait(None).await {
+            tracing::warn!(%err, "the start-up sync wait failed; the agent stays NOT_SERVING");
+            return;
+        }
+    }
+    readiness.ready().await;
+    tracing::info!("meshwork-agent ready (gRPC health SERVING)");
 }
 
 fn serve_api(
     listener: UnixListener,
     api: LocalApi,
     encrypt: EncryptApi,
+    standard: StandardServices,
     shutdown: CancellationToken,
 ) -> JoinHandle<()> {
     let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
     let datapath = api.datapath.clone().map(DatapathServer::new);
     tokio::spawn(async move {
-        let served = tonic::transport::Server::builder()
+        let router = tonic::transport::Server::builder()
             .add_service(AgentServer::new(api))
             .add_optional_service(datapath)
-            .add_service(EncryptServer::new(encrypt))
+            .add_service(EncryptServer::new(encrypt));
+        let served = standard
+            .add_to(router)
             .serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned())
             .await;
         if let Err(err) = served {
@@ -446,6 +481,8 @@ pub struct Agent {
     wireguard: Option<Addr<WireGuard>>,
     shutdown: CancellationToken,
     servers: Vec<JoinHandle<()>>,
+    readiness: Readiness,
+    becoming_ready: JoinHandle<()>,
     _socket: SocketFile,
 }
 
@@ -497,6 +534,9 @@ impl Agent {
     /// Stops every actor and task, draining nothing: the datapath keeps its state across
     /// restarts. Actors on the system arbiter end with the system.
     pub async fn shutdown(self) {
+        // Health first, so probes see the agent leave before its API does.
+        self.becoming_ready.abort();
+        self.readiness.shutting_down().await;
         if let Some(watcher) = &self.watcher {
             let _ = watcher.send(StopWatching).await;
         }

@@ -12,7 +12,7 @@ mod common;
 use meshwork_datapath::maps::PinDir;
 use meshwork_lab::agent::{AgentOptions, AgentProcess, write_cluster_config};
 use meshwork_lab::bpffs::BpfRoot;
-use meshwork_lab::cilium::{Cluster, Sizes};
+use meshwork_lab::cilium::Cluster;
 use meshwork_lab::etcd::EtcdServer;
 use meshwork_lab::process::LabProcess;
 use meshwork_lab::wait::{Wait, eventually};
@@ -74,16 +74,7 @@ fn a_listener_it_cannot_bind_fails_the_start_within_5s_naming_it() {
 
 fn loaded_remote() -> (EtcdServer, Cluster) {
     let server = EtcdServer::start().unwrap();
-    let cluster = Cluster {
-        name: "c2".to_owned(),
-        id: 2,
-        sizes: Sizes {
-            nodes: 2,
-            services: 1,
-            identities: 3,
-            ipcache: 10,
-        },
-    };
+    let cluster = common::small_c2();
     common::load_blocking(&server, &cluster);
     (server, cluster)
 }

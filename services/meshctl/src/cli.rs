@@ -16,7 +16,8 @@ pub const DEFAULT_SOCKET: &str = "/var/run/meshwork/agent.sock";
     long_about = "Inspect a running Meshwork agent through its local API (a unix socket, the \
                   agent's --api-socket).",
     after_help = "Exit status: 0 ok; 1 `status --wait` timed out before every remote cluster was \
-                  ready; 2 usage error; 3 the agent could not be reached or answered with an error."
+                  ready, or `health` found the server NOT_SERVING; 2 usage error; 3 the agent \
+                  could not be reached or answered with an error."
 )]
 pub struct Cli {
     /// The agent's API socket (the agent's --api-socket).
@@ -54,6 +55,26 @@ pub enum Command {
     /// Transparent encryption (WireGuard).
     #[command(subcommand)]
     Encrypt(EncryptCommand),
+    /// Ask a Meshwork gRPC server's standard health service (grpc.health.v1) whether it is
+    /// SERVING: the agent on its socket, or any server with --grpc-addr. A probe: exit 0
+    /// when SERVING, 1 when not.
+    ///
+    /// The agent is SERVING once its start-up sync wait has returned (every remote cluster
+    /// synced, or the --clustermesh-sync-timeout breaker fired); the operator once it has
+    /// listed its CiliumNodes and described EC2. Both turn NOT_SERVING when they stop.
+    Health(HealthArgs),
+}
+
+/// `meshctl health`.
+#[derive(Debug, Args)]
+pub struct HealthArgs {
+    /// One service's status (e.g. meshwork.agent.v1.Datapath) instead of the server's.
+    #[arg(long, value_name = "NAME", default_value = "")]
+    pub service: String,
+    /// A server on TCP (HOST:PORT, e.g. the operator's --grpc-serve-addr) instead of the
+    /// agent's socket.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub grpc_addr: Option<String>,
 }
 
 /// `meshctl bpf …`.

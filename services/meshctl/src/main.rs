@@ -5,6 +5,7 @@ mod cli;
 mod client;
 mod datapath;
 mod encrypt;
+mod health;
 mod status;
 
 use std::process::ExitCode;
@@ -36,6 +37,7 @@ async fn main() -> ExitCode {
             .map(|()| ExitCode::SUCCESS)
         }
         Command::Encrypt(command) => encrypt::run(&cli.socket, &command).await,
+        Command::Health(args) => health::run(&cli.socket, &args).await,
     };
     result.unwrap_or_else(|err| {
         eprintln!("meshctl: {err:#}");

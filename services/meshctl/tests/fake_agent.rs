@@ -5,7 +5,8 @@ use std::process::Output;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use meshwork_proto::agent::v1::agent_server::{Agent, AgentServer};
+use meshwork_proto::StandardServices;
+use meshwork_proto::agent::v1::agent_server::{self, Agent, AgentServer};
 use meshwork_proto::agent::v1::{
     ClusterMeshStatus, ConfigStatus, EntryCounts, RemoteClusterStatus, StatusRequest,
     StatusResponse, SyncStatus, WaitSyncedRequest, WaitSyncedResponse,
@@ -243,5 +244,56 @@ async fn a_reader_that_closes_early_is_not_an_error() {
         served.calls.load(Ordering::SeqCst),
         1,
         "meshctl asked the agent"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_is_a_probe_that_exits_0_only_when_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("agent.sock");
+    let listener = UnixListener::bind(&socket).unwrap();
+    let (standard, readiness) = StandardServices::new(&[agent_server::SERVICE_NAME]).await;
+    let agent = FakeAgent {
+        calls: Arc::new(AtomicU32::new(0)),
+        ready_from: 1,
+    };
+    let router = tonic::transport::Server::builder().add_service(AgentServer::new(agent));
+    tokio::spawn(
+        standard
+            .add_to(router)
+            .serve_with_incoming(UnixListenerStream::new(listener)),
+    );
+
+    let out = meshctl(&socket, &["health"]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "NOT_SERVING\n");
+    readiness.ready().await;
+    let out = meshctl(&socket, &["health"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "SERVING\n");
+    let out = meshctl(
+        &socket,
+        &["health", "--service", agent_server::SERVICE_NAME],
+    )
+    .await;
+    assert_eq!(text(&out.stdout), "SERVING\n");
+
+    let out = meshctl(
+        &socket,
+        &["health", "--service", "meshwork.agent.v1.Datapath"],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(3));
+    assert!(
+        text(&out.stderr).contains("serves no service \"meshwork.agent.v1.Datapath\""),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = meshctl(&socket, &["health", "--grpc-addr", "127.0.0.1:1"]).await;
+    assert_eq!(out.status.code(), Some(3));
+    assert!(
+        text(&out.stderr).contains("cannot reach the gRPC server at 127.0.0.1:1"),
+        "{}",
+        text(&out.stderr)
     );
 }

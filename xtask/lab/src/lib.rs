@@ -18,6 +18,7 @@ pub mod moto;
 pub mod net;
 pub mod paths;
 pub mod process;
+pub mod python_client;
 pub mod wait;
 pub mod wireguard;
 

@@ -17,7 +17,7 @@ pub fn cache_dir() -> PathBuf {
     home.join(".cache").join("meshwork")
 }
 
-/// The Python venv made by `cargo xtask setup` (moto, boto3, kubernetes-validate).
+/// The Python venv made by `cargo xtask setup` (moto, boto3, kubernetes-validate, grpcio).
 pub fn venv_dir() -> PathBuf {
     cache_dir().join("venv")
 }

@@ -1,5 +1,6 @@
-//! The Python venv in the cache dir: moto's server (a fake EC2 API), boto3 and
-//! kubernetes-validate, on Debian's `/usr/bin/python3`.
+//! The Python venv in the cache dir: moto's server (a fake EC2 API), boto3,
+//! kubernetes-validate, and grpcio with its tools, health and reflection clients (the gRPC
+//! client no Meshwork code wrote), on Debian's `/usr/bin/python3`.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -8,7 +9,15 @@ use std::process::Command;
 use super::cmd;
 
 /// What pip installs into the venv. Changing this list makes the next setup reinstall.
-const REQUIREMENTS: &[&str] = &["moto[server,ec2]", "boto3", "kubernetes-validate"];
+const REQUIREMENTS: &[&str] = &[
+    "moto[server,ec2]",
+    "boto3",
+    "kubernetes-validate",
+    "grpcio",
+    "grpcio-tools",
+    "grpcio-health-checking",
+    "grpcio-reflection",
+];
 
 /// The Python that makes the venv: Debian's, not pyenv's.
 const SYSTEM_PYTHON: &str = "/usr/bin/python3";
@@ -17,8 +26,10 @@ const SYSTEM_PYTHON: &str = "/usr/bin/python3";
 const STAMP: &str = "meshwork-requirements.txt";
 
 /// Imports what the lab uses (moto's server needs flask) and prints the versions.
-const IMPORT_CHECK: &str = "import moto, boto3, kubernetes_validate, flask; \
-                            print(f'moto {moto.__version__}, boto3 {boto3.__version__}')";
+const IMPORT_CHECK: &str = "import moto, boto3, kubernetes_validate, flask, grpc, grpc_tools, \
+                            grpc_health.v1.health_pb2, grpc_reflection.v1alpha.reflection_pb2; \
+                            print(f'moto {moto.__version__}, boto3 {boto3.__version__}, \
+                            grpcio {grpc.__version__}')";
 
 /// Why the venv is not ready.
 pub enum Missing {
@@ -39,7 +50,8 @@ impl fmt::Display for Missing {
     }
 }
 
-/// Checks that the venv at `venv` is ready; if so, returns the moto and boto3 versions.
+/// Checks that the venv at `venv` is ready; if so, returns the moto, boto3 and grpcio
+/// versions.
 pub fn check(venv: &Path) -> Result<String, Missing> {
     if !python(venv).is_file() {
         return Err(Missing::NoVenv);
@@ -132,7 +144,7 @@ fn pip_install(venv: &Path) -> Result<(), String> {
 }
 
 /// Checks that the venv's Python imports what the lab uses and has `moto_server`; returns
-/// the moto and boto3 versions.
+/// the moto, boto3 and grpcio versions.
 fn import_check(venv: &Path) -> Result<String, String> {
     let moto_server = venv.join("bin").join("moto_server");
     if !moto_server.is_file() {

@@ -25,6 +25,8 @@ use meshwork_operator::manager::{
     ResyncFilter, watch,
 };
 use meshwork_operator::node_store::{EtcdStore, KubeStore, NodeStore};
+use meshwork_proto::operator::v1::node_ipam_server;
+use meshwork_proto::{Readiness, StandardServices};
 use prometheus_client::registry::Registry;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
@@ -104,7 +106,8 @@ async fn operate(
         None => None,
     };
 
-    let snapshots: Option<actix::Recipient<GetSnapshot>>;
+    let snapshots: actix::Recipient<GetSnapshot>;
+    let ready: tokio::sync::watch::Receiver<bool>;
     match store {
         StoreChoice::Etcd(config) => {
             // The error names the endpoints and the cause (TLS file, handshake, timeout).
@@ -114,7 +117,8 @@ async fn operate(
                 ..WatchStoreOptions::new(run.cluster_name.clone())
             };
             let operator = start(&run, ec2, EtcdStore::new(backend.clone()));
-            snapshots = Some(operator.nodes.clone().recipient());
+            snapshots = operator.nodes.clone().recipient();
+            ready = operator.ready;
             tokio::spawn(watch::watch_etcd(
                 backend,
                 operator.nodes.recipient(),
@@ -126,7 +130,8 @@ async fn operate(
         StoreChoice::Kube(kubeconfig) => {
             let client = kube_client(kubeconfig).await?;
             let operator = start(&run, ec2, KubeStore::new(client.clone()));
-            snapshots = Some(operator.nodes.clone().recipient());
+            snapshots = operator.nodes.clone().recipient();
+            ready = operator.ready;
             tokio::spawn(watch::watch_kube(
                 kube::Api::all(client),
                 operator.nodes.recipient(),
@@ -136,17 +141,26 @@ async fn operate(
     }
 
     let (stop_grpc, grpc_stopped) = tokio::sync::oneshot::channel::<()>();
-    let grpc = grpc_listener.zip(snapshots).map(|(listener, snapshots)| {
-        tracing::info!(addr = ?listener.local_addr().ok(), "serving meshwork.operator.v1.NodeIpam");
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-        tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(NodeIpamService::new(snapshots).into_server())
-                .serve_with_incoming_shutdown(incoming, async move {
-                    let _ = grpc_stopped.await;
-                }),
-        )
-    });
+    let mut readiness = None;
+    let grpc = match grpc_listener {
+        Some(listener) => {
+            let (standard, health) = StandardServices::new(&[node_ipam_server::SERVICE_NAME]).await;
+            tokio::spawn(ready_when(ready, health.clone()));
+            readiness = Some(health);
+            tracing::info!(addr = ?listener.local_addr().ok(), "serving meshwork.operator.v1.NodeIpam");
+            let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+            let router = tonic::transport::Server::builder()
+                .add_service(NodeIpamService::new(snapshots).into_server());
+            Some(tokio::spawn(
+                standard
+                    .add_to(router)
+                    .serve_with_incoming_shutdown(incoming, async move {
+                        let _ = grpc_stopped.await;
+                    }),
+            ))
+        }
+        None => None,
+    };
     let stop_http = CancellationToken::new();
     let server = metrics_server.map(|server| server.serve(registry, None, stop_http.clone()));
     tokio::select! {
@@ -155,6 +169,9 @@ async fn operate(
     }
     // Passes in flight are dropped: an ENI created but not yet attached is collected by the
     // next operator's GC (it carries the cluster's tags).
+    if let Some(readiness) = &readiness {
+        readiness.shutting_down().await;
+    }
     stop_http.cancel();
     drop(stop_grpc);
     if let Some(grpc) = grpc {
@@ -173,6 +190,16 @@ async fn operate(
     }
     actix::System::current().stop();
     Ok(())
+}
+
+/// Reports the operator ready (gRPC health `SERVING`) once `ready` turns true.
+async fn ready_when(mut ready: tokio::sync::watch::Receiver<bool>, readiness: Readiness) {
+    if ready.wait_for(|ready| *ready).await.is_ok() {
+        readiness.ready().await;
+        tracing::info!(
+            "operator ready: CiliumNodes listed and EC2 described (gRPC health SERVING)"
+        );
+    }
 }
 
 fn start<S: NodeStore + Clone + Unpin + 'static>(

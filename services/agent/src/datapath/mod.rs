@@ -243,6 +243,7 @@ fn endpoint_status_error(err: &EndpointError) -> Status {
     match err {
         EndpointError::Spec(_) => Status::invalid_argument(err.to_string()),
         EndpointError::Stopped => Status::unavailable(err.to_string()),
+        EndpointError::Deleted(_) => Status::aborted(err.to_string()),
         _ => Status::internal(err.to_string()),
     }
 }

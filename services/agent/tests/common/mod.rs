@@ -54,6 +54,20 @@ pub async fn load(backend: &EtcdBackend, cluster: &Cluster) -> Result<(), Kvstor
     Ok(())
 }
 
+/// A small remote cluster c2 (ID 2): 2 nodes, 1 service, 3 identities, 10 ipcache entries.
+pub fn small_c2() -> Cluster {
+    Cluster {
+        name: "c2".to_owned(),
+        id: 2,
+        sizes: meshwork_lab::cilium::Sizes {
+            nodes: 2,
+            services: 1,
+            identities: 3,
+            ipcache: 10,
+        },
+    }
+}
+
 /// [`load`] for a test without a runtime of its own.
 pub fn load_blocking(server: &EtcdServer, cluster: &Cluster) {
     tokio::runtime::Builder::new_current_thread()
