@@ -51,6 +51,25 @@ pub struct ListPage {
     pub remaining: i64,
 }
 
+/// One write of [`EtcdBackend::write_batch`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyWrite {
+    /// Put `value` at `key`, attached to `lease` (0: no lease).
+    Put {
+        /// The key.
+        key: String,
+        /// The value.
+        value: Vec<u8>,
+        /// The lease ID; 0 for none.
+        lease: i64,
+    },
+    /// Delete `key`.
+    Delete {
+        /// The key.
+        key: String,
+    },
+}
+
 /// One change seen by a watch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WatchEvent {
@@ -198,6 +217,31 @@ impl EtcdBackend {
             );
             let txn = Txn::new().and_then(std::mem::take(&mut ops));
             let response = with_deadline("put txn", self.kv().txn(txn)).await?;
+            revision = response.header().map_or(revision, |h| h.revision());
+        }
+        Ok(revision)
+    }
+
+    /// Applies `writes` in transactions of at most `ops_per_txn` operations, in order: each a
+    /// put under its lease (0: none) or a delete. Returns the last revision.
+    pub async fn write_batch(
+        &self,
+        writes: &[KeyWrite],
+        ops_per_txn: usize,
+    ) -> Result<i64, KvstoreError> {
+        let mut revision = 0;
+        for chunk in writes.chunks(ops_per_txn.max(1)) {
+            let ops: Vec<TxnOp> = chunk
+                .iter()
+                .map(|write| match write {
+                    KeyWrite::Put { key, value, lease } => {
+                        let options = (*lease != 0).then(|| PutOptions::new().with_lease(*lease));
+                        TxnOp::put(key.as_str(), value.clone(), options)
+                    }
+                    KeyWrite::Delete { key } => TxnOp::delete(key.as_str(), None),
+                })
+                .collect();
+            let response = with_deadline("write txn", self.kv().txn(Txn::new().and_then(ops))).await?;
             revision = response.header().map_or(revision, |h| h.revision());
         }
         Ok(revision)

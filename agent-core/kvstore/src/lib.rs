@@ -14,7 +14,7 @@ pub mod watch_store;
 
 pub use config::EtcdConfig;
 pub use error::KvstoreError;
-pub use etcd::{ConditionalPut, EtcdBackend, ListPage, Watch, WatchEvent};
+pub use etcd::{ConditionalPut, EtcdBackend, KeyWrite, ListPage, Watch, WatchEvent};
 pub use manager::WatchStoreManager;
 pub use meshwork_types::{DecodeError, Decoder, RawDecoder, keys};
 pub use metrics::KvstoreMetrics;

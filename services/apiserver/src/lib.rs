@@ -1,0 +1,20 @@
+//! `meshwork-apiserver`: one per cluster, the only writer of its cluster's etcd
+//! (cilium-semantics §8). Agents publish their node and endpoints to it; it writes them in
+//! Cilium's layout.
+//!
+//! This crate is being built (issue 14): the plain state machines and the etcd writer are
+//! here; the `meshwork.apiserver.v1.Export` service, the binary and the agent's publishing
+//! come next.
+//!
+//! - [`identities`]: numeric identities for label sets, in the cluster's range.
+//! - [`state`]: what the cluster exports, as desired etcd keys (a plain state machine).
+//! - [`initial_sync`]: when the initial state is complete and the canaries may be written.
+//! - [`control_keys`]: the cluster config, heartbeat and canary keys.
+//! - [`writer`]: writes keys under leases, skipping unchanged values, and adopts what a
+//!   previous apiserver wrote.
+
+pub mod control_keys;
+pub mod identities;
+pub mod initial_sync;
+pub mod state;
+pub mod writer;

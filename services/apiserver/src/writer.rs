@@ -1,0 +1,235 @@
+//! Writes the cluster's keys to its etcd (cilium-semantics §8): every key under a lease of
+//! at most [`MAX_KEYS_PER_LEASE`] keys; a value equal to the one written is not written
+//! again; only keys this writer (or the apiserver before it) wrote are deleted; a key whose
+//! lease vanished is written again under a new one.
+//!
+//! A restarted apiserver [adopts](Writer::adopt) what the one before it wrote: the keys, their
+//! values and their leases (which it keeps alive from then on), so republishing the same state
+//! writes nothing and a remote reader sees no event at all.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use meshwork_kvstore::keys::{
+    IDENTITY_ID_PREFIX, IPCACHE_DEFAULT_PREFIX, NODES_PREFIX, SERVICES_PREFIX, SYNCED_PREFIX,
+};
+use meshwork_kvstore::{EtcdBackend, KeyWrite, KvstoreError};
+
+use crate::state::KeyChange;
+
+/// etcd's put-with-lease cost grows with the keys on the lease (etcd-io/etcd#15993).
+pub const MAX_KEYS_PER_LEASE: usize = 1000;
+/// Operations per transaction (etcd's `--max-txn-ops` default is 128).
+const OPS_PER_TXN: usize = 128;
+/// Keys per page when adopting.
+const PAGE_SIZE: i64 = 1000;
+
+#[derive(Debug, Clone)]
+struct Written {
+    value: Vec<u8>,
+    lease: i64,
+}
+
+/// The prefixes an apiserver of `cluster` writes under (each ends in `/`).
+pub fn owned_prefixes(cluster: &str) -> [String; 5] {
+    [
+        format!("{NODES_PREFIX}/{cluster}/"),
+        format!("{SERVICES_PREFIX}/{cluster}/"),
+        format!("{IPCACHE_DEFAULT_PREFIX}/"),
+        format!("{IDENTITY_ID_PREFIX}/"),
+        format!("{SYNCED_PREFIX}/{cluster}/"),
+    ]
+}
+
+/// The writer; see the module docs.
+#[derive(Debug)]
+pub struct Writer {
+    backend: EtcdBackend,
+    ttl: Duration,
+    written: HashMap<String, Written>,
+    /// Keys on each live lease.
+    leases: BTreeMap<i64, usize>,
+}
+
+impl Writer {
+    /// A writer that has written nothing, with leases of `ttl`.
+    pub fn new(backend: EtcdBackend, ttl: Duration) -> Self {
+        Self {
+            backend,
+            ttl,
+            written: HashMap::new(),
+            leases: BTreeMap::new(),
+        }
+    }
+
+    /// A writer that takes over what is under `cluster`'s prefixes: every key counts as
+    /// written by it, and the leases holding them are kept alive from now on. Returns the
+    /// keys and values found. A key whose lease is already gone is written again on the
+    /// first [`Self::keep_alive`].
+    pub async fn adopt(
+        backend: EtcdBackend,
+        cluster: &str,
+        ttl: Duration,
+    ) -> Result<(Self, BTreeMap<String, Vec<u8>>), KvstoreError> {
+        let mut writer = Self::new(backend, ttl);
+        let mut found = BTreeMap::new();
+        for prefix in owned_prefixes(cluster) {
+            let mut pages = writer.backend.list(&prefix, PAGE_SIZE);
+            while let Some(page) = pages.recv().await {
+                for kv in page?.kvs {
+                    let lease = kv.lease();
+                    let (key, value) = kv.into_key_value();
+                    let key = String::from_utf8_lossy(&key).into_owned();
+                    *writer.leases.entry(lease).or_default() += 1;
+                    writer.written.insert(
+                        key.clone(),
+                        Written {
+                            value: value.clone(),
+                            lease,
+                        },
+                    );
+                    found.insert(key, value);
+                }
+            }
+        }
+        Ok((writer, found))
+    }
+
+    /// Writes `changes` (a value, or `None` for a delete). Unchanged values and deletes of
+    /// keys never written are skipped. On an error nothing is recorded, so the same changes
+    /// can be applied again. Returns the operations sent.
+    pub async fn apply(&mut self, changes: &[KeyChange]) -> Result<usize, KvstoreError> {
+        let mut writes = Vec::new();
+        let mut puts = 0;
+        for (key, value) in changes {
+            match (value, self.written.get(key)) {
+                (Some(value), Some(written)) if written.value == *value && written.lease != 0 => {}
+                (Some(value), _) => {
+                    puts += 1;
+                    writes.push((key, Some(value)));
+                }
+                (None, Some(_)) => writes.push((key, None)),
+                (None, None) => {}
+            }
+        }
+        if writes.is_empty() {
+            return Ok(0);
+        }
+        let mut leases = self.leases_for(puts).await?.into_iter();
+        let batch: Vec<KeyWrite> = writes
+            .iter()
+            .map(|(key, value)| match value {
+                Some(value) => KeyWrite::Put {
+                    key: (*key).clone(),
+                    value: (*value).clone(),
+                    lease: leases.next().expect("one lease per put"),
+                },
+                None => KeyWrite::Delete {
+                    key: (*key).clone(),
+                },
+            })
+            .collect();
+        self.backend.write_batch(&batch, OPS_PER_TXN).await?;
+        for write in batch {
+            match write {
+                KeyWrite::Put { key, value, lease } => {
+                    *self.leases.entry(lease).or_default() += 1;
+                    if let Some(old) = self.written.insert(key, Written { value, lease }) {
+                        self.forget_lease_key(old.lease);
+                    }
+                }
+                KeyWrite::Delete { key } => {
+                    if let Some(old) = self.written.remove(&key) {
+                        self.forget_lease_key(old.lease);
+                    }
+                }
+            }
+        }
+        Ok(writes.len())
+    }
+
+    /// Refreshes every lease; the keys of a lease that no longer exists are written again
+    /// under new ones. Returns how many keys were written again.
+    pub async fn keep_alive(&mut self) -> Result<usize, KvstoreError> {
+        let mut lost = Vec::new();
+        for &lease in self.leases.keys() {
+            // Lease 0 holds the keys adopted without a lease: written again, under one.
+            if lease == 0 || !self.backend.lease_keep_alive_once(lease).await? {
+                lost.push(lease);
+            }
+        }
+        if lost.is_empty() {
+            return Ok(0);
+        }
+        let rewrite: Vec<KeyChange> = self
+            .written
+            .iter()
+            .filter(|(_, w)| lost.contains(&w.lease))
+            .map(|(key, w)| (key.clone(), Some(w.value.clone())))
+            .collect();
+        for lease in &lost {
+            tracing::warn!(
+                lease = format!("{lease:x}"),
+                "a lease vanished; writing its keys again"
+            );
+            self.leases.remove(lease);
+        }
+        for (key, _) in &rewrite {
+            if let Some(written) = self.written.get_mut(key) {
+                written.lease = 0;
+            }
+        }
+        self.apply(&rewrite).await
+    }
+
+    /// Keys written now.
+    pub fn len(&self) -> usize {
+        self.written.len()
+    }
+
+    /// Nothing is written.
+    pub fn is_empty(&self) -> bool {
+        self.written.is_empty()
+    }
+
+    /// Live leases and the keys on each.
+    pub fn lease_usage(&self) -> Vec<(i64, usize)> {
+        self.leases.iter().map(|(l, n)| (*l, *n)).collect()
+    }
+
+    /// The value written at `key`.
+    pub fn written(&self, key: &str) -> Option<&[u8]> {
+        self.written.get(key).map(|w| w.value.as_slice())
+    }
+
+    /// A lease for each of `puts` new keys: the existing ones with room first, then new ones.
+    async fn leases_for(&mut self, puts: usize) -> Result<Vec<i64>, KvstoreError> {
+        let mut out = Vec::with_capacity(puts);
+        let mut room: Vec<(i64, usize)> = self
+            .leases
+            .iter()
+            .filter(|(lease, n)| **lease != 0 && **n < MAX_KEYS_PER_LEASE)
+            .map(|(lease, n)| (*lease, MAX_KEYS_PER_LEASE - n))
+            .collect();
+        while out.len() < puts {
+            let (lease, free) = match room.pop() {
+                Some(slot) => slot,
+                None => {
+                    let ttl = i64::try_from(self.ttl.as_secs()).unwrap_or(i64::MAX);
+                    let lease = self.backend.lease_grant(ttl).await?;
+                    self.leases.entry(lease).or_default();
+                    (lease, MAX_KEYS_PER_LEASE)
+                }
+            };
+            let take = free.min(puts - out.len());
+            out.extend(std::iter::repeat_n(lease, take));
+        }
+        Ok(out)
+    }
+
+    fn forget_lease_key(&mut self, lease: i64) {
+        if let Some(n) = self.leases.get_mut(&lease) {
+            *n = n.saturating_sub(1);
+        }
+    }
+}
