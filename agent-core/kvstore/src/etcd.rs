@@ -241,7 +241,8 @@ impl EtcdBackend {
                     KeyWrite::Delete { key } => TxnOp::delete(key.as_str(), None),
                 })
                 .collect();
-            let response = with_deadline("write txn", self.kv().txn(Txn::new().and_then(ops))).await?;
+            let response =
+                with_deadline("write txn", self.kv().txn(Txn::new().and_then(ops))).await?;
             revision = response.header().map_or(revision, |h| h.revision());
         }
         Ok(revision)

@@ -2,9 +2,9 @@
 //! (cilium-semantics §8). Agents publish their node and endpoints to it; it writes them in
 //! Cilium's layout.
 //!
-//! This crate is being built (issue 14): the plain state machines and the etcd writer are
-//! here; the `meshwork.apiserver.v1.Export` service, the binary and the agent's publishing
-//! come next.
+//! This crate is being built (issue 14): the plain state machines, the etcd writer and the
+//! loop are here; the `meshwork.apiserver.v1.Export` gRPC service in front of the loop, the
+//! binary and the agent's publishing come next.
 //!
 //! - [`identities`]: numeric identities for label sets, in the cluster's range.
 //! - [`state`]: what the cluster exports, as desired etcd keys (a plain state machine).
@@ -12,8 +12,10 @@
 //! - [`control_keys`]: the cluster config, heartbeat and canary keys.
 //! - [`writer`]: writes keys under leases, skipping unchanged values, and adopts what a
 //!   previous apiserver wrote.
+//! - [`exporter`]: the loop that owns them, fed by typed commands and its timers.
 
 pub mod control_keys;
+pub mod exporter;
 pub mod identities;
 pub mod initial_sync;
 pub mod state;

@@ -11,7 +11,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use meshwork_kvstore::keys::{
-    IDENTITY_ID_PREFIX, IPCACHE_DEFAULT_PREFIX, NODES_PREFIX, SERVICES_PREFIX, SYNCED_PREFIX,
+    CLUSTER_CONFIG_PREFIX, IDENTITY_ID_PREFIX, IPCACHE_DEFAULT_PREFIX, NODES_PREFIX,
+    SERVICES_PREFIX, SYNCED_PREFIX,
 };
 use meshwork_kvstore::{EtcdBackend, KeyWrite, KvstoreError};
 
@@ -38,6 +39,14 @@ pub fn owned_prefixes(cluster: &str) -> [String; 5] {
         format!("{IPCACHE_DEFAULT_PREFIX}/"),
         format!("{IDENTITY_ID_PREFIX}/"),
         format!("{SYNCED_PREFIX}/{cluster}/"),
+    ]
+}
+
+/// The single keys an apiserver of `cluster` writes: its cluster config and the heartbeat.
+pub fn owned_keys(cluster: &str) -> [String; 2] {
+    [
+        format!("{CLUSTER_CONFIG_PREFIX}/{cluster}"),
+        crate::control_keys::HEARTBEAT_KEY.to_owned(),
     ]
 }
 
@@ -73,10 +82,16 @@ impl Writer {
     ) -> Result<(Self, BTreeMap<String, Vec<u8>>), KvstoreError> {
         let mut writer = Self::new(backend, ttl);
         let mut found = BTreeMap::new();
-        for prefix in owned_prefixes(cluster) {
+        let singles = owned_keys(cluster);
+        // A single key is listed as a prefix and kept only on an exact match.
+        let ranges = owned_prefixes(cluster).into_iter().map(|p| (p, false));
+        for (prefix, exact) in ranges.chain(singles.iter().map(|k| (k.clone(), true))) {
             let mut pages = writer.backend.list(&prefix, PAGE_SIZE);
             while let Some(page) = pages.recv().await {
                 for kv in page?.kvs {
+                    if exact && kv.key() != prefix.as_bytes() {
+                        continue;
+                    }
                     let lease = kv.lease();
                     let (key, value) = kv.into_key_value();
                     let key = String::from_utf8_lossy(&key).into_owned();
@@ -180,6 +195,11 @@ impl Writer {
             }
         }
         self.apply(&rewrite).await
+    }
+
+    /// The etcd connection (for the keys written without a lease).
+    pub fn backend(&self) -> &EtcdBackend {
+        &self.backend
     }
 
     /// Keys written now.

@@ -6,25 +6,17 @@
 
 use std::time::Duration;
 
+mod common;
+
+use common::{connect, events_since};
 use meshwork_apiserver::state::{ClusterState, EndpointSpec, KeyChange, NodeSpec};
 use meshwork_apiserver::writer::{MAX_KEYS_PER_LEASE, Writer};
-use meshwork_kvstore::{EtcdBackend, EtcdConfig, WatchEvent};
+
 use meshwork_lab::etcd::EtcdServer;
 use meshwork_types::{Address, AddressType, IpPrefix, Label};
 use tokio::time::Instant;
 
 const TTL: Duration = Duration::from_secs(900);
-/// Written after the operation under test: every event before it is what the operation did.
-const SENTINEL: &str = "cilium/zz-sentinel";
-
-async fn connect(server: &EtcdServer) -> EtcdBackend {
-    EtcdBackend::connect(
-        &EtcdConfig::new([server.endpoint()]),
-        Duration::from_secs(10),
-    )
-    .await
-    .expect("connect to the lab etcd")
-}
 
 /// A cluster of one node with `endpoints` pods in 10.1.0.0/16.
 fn cluster_state(endpoints: u32) -> ClusterState {
@@ -59,29 +51,6 @@ fn cluster_state(endpoints: u32) -> ClusterState {
         state.put_endpoint("n1", endpoint, now).unwrap();
     }
     state
-}
-
-/// Every event under `cilium/` from `revision` on, up to the sentinel written now.
-async fn events_since(backend: &EtcdBackend, revision: i64) -> Vec<WatchEvent> {
-    let mut watch = backend.watch("cilium/", revision).await.unwrap();
-    backend.put(SENTINEL, "x").await.unwrap();
-    let mut events = Vec::new();
-    loop {
-        let batch = tokio::time::timeout(Duration::from_secs(10), watch.next())
-            .await
-            .expect("the watch reaches the sentinel")
-            .unwrap()
-            .expect("the watch goes on");
-        for event in batch {
-            let key = match &event {
-                WatchEvent::Put { key, .. } | WatchEvent::Delete { key, .. } => key.clone(),
-            };
-            if key == SENTINEL.as_bytes() {
-                return events;
-            }
-            events.push(event);
-        }
-    }
 }
 
 #[tokio::test]
