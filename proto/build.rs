@@ -12,6 +12,7 @@ const PROTOS: &[&str] = &[
     "meshwork/agent/v1/agent.proto",
     "meshwork/agent/v1/datapath.proto",
     "meshwork/agent/v1/encrypt.proto",
+    "meshwork/apiserver/v1/export.proto",
     "meshwork/operator/v1/ipam.proto",
 ];
 

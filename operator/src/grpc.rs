@@ -5,6 +5,7 @@
 use actix::{MailboxError, Recipient};
 use meshwork_proto::operator::v1::node_ipam_server::{NodeIpam, NodeIpamServer};
 use meshwork_proto::operator::v1::{Eni, GetNodeIpamRequest, NodeIpamSnapshot, PoolIp};
+use meshwork_types::validate_node_name;
 use tonic::{Request, Response, Status};
 
 use crate::cilium_node::{CiliumNode, EniEntry};
@@ -70,31 +71,6 @@ fn unavailable(err: &MailboxError) -> Status {
     Status::unavailable(format!("node manager: {err}"))
 }
 
-/// Checks that `name` can name a Kubernetes object (a DNS-1123 subdomain), as a CiliumNode's
-/// name must.
-fn check_node_name(name: &str) -> Result<(), &'static str> {
-    if name.is_empty() {
-        return Err("it is empty");
-    }
-    if name.len() > 253 {
-        return Err("it is longer than 253 characters");
-    }
-    let allowed = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
-    if !name.split('.').all(|label| {
-        let bytes = label.as_bytes();
-        !bytes.is_empty()
-            && bytes.iter().all(|&b| allowed(b) || b == b'-')
-            && allowed(bytes[0])
-            && allowed(bytes[bytes.len() - 1])
-    }) {
-        return Err(
-            "it must be lower-case letters, digits, '-' and '.', starting and ending \
-                    with a letter or digit",
-        );
-    }
-    Ok(())
-}
-
 #[tonic::async_trait]
 impl NodeIpam for NodeIpamService {
     async fn get_node_ipam(
@@ -102,7 +78,7 @@ impl NodeIpam for NodeIpamService {
         request: Request<GetNodeIpamRequest>,
     ) -> Result<Response<NodeIpamSnapshot>, Status> {
         let node = request.into_inner().node;
-        if let Err(why) = check_node_name(&node) {
+        if let Err(why) = validate_node_name(&node) {
             return Err(Status::invalid_argument(format!(
                 "node {node:?} is not a CiliumNode name: {why}"
             )));
@@ -128,24 +104,6 @@ impl NodeIpam for NodeIpamService {
 mod tests {
     use super::*;
     use crate::cilium_node::{AllocationIp, CiliumNodeSpec, CiliumNodeStatus};
-
-    #[test]
-    fn node_names_are_dns_subdomains() {
-        for good in ["node-1", "ip-10-0-0-1.ec2.internal", "a"] {
-            assert_eq!(check_node_name(good), Ok(()), "{good}");
-        }
-        for bad in [
-            "",
-            "Node-1",
-            "-node",
-            "node-",
-            "a..b",
-            "node_1",
-            &"a".repeat(254),
-        ] {
-            assert!(check_node_name(bad).is_err(), "{bad:?}");
-        }
-    }
 
     #[test]
     fn a_snapshot_carries_pool_and_enis_of_one_generation() {

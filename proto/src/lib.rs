@@ -5,6 +5,8 @@
 //!   socket for `meshctl`: [`agent::v1::agent_client::AgentClient`] and
 //!   [`agent::v1::agent_server::AgentServer`]; its WireGuard status
 //!   (`meshwork.agent.v1.Encrypt`): [`agent::v1::encrypt_client::EncryptClient`].
+//! - [`apiserver::v1`]: the apiserver's `Export` (`meshwork.apiserver.v1.Export`): agents
+//!   publish their node and endpoints, operators declare global services.
 //! - [`operator::v1`]: the operator's IPAM API for agents (`meshwork.operator.v1.NodeIpam`):
 //!   each node's published allocation as one consistent snapshot.
 //! - [`standard`]: health and reflection, which every Meshwork gRPC server adds.
@@ -30,6 +32,22 @@ pub mod agent {
             clippy::pedantic
         )]
         tonic::include_proto!("meshwork.agent.v1");
+    }
+}
+
+/// The apiserver's API, package `meshwork.apiserver.v1`.
+pub mod apiserver {
+    /// Version 1 of the apiserver's API: what a cluster exports.
+    pub mod v1 {
+        // Generated code, as for the agent's API.
+        #![allow(
+            missing_docs,
+            unused_qualifications,
+            rust_2018_idioms,
+            clippy::all,
+            clippy::pedantic
+        )]
+        tonic::include_proto!("meshwork.apiserver.v1");
     }
 }
 

@@ -4,8 +4,12 @@
 //!
 //! [`MetricsServer::bind`] binds at once, so a taken port fails the process at start with the
 //! address and the OS error; [`MetricsServer::serve`] serves until its token is cancelled.
+//! [`HealthServer`] is the same for a separate probe port (`/healthz`, `/readyz`).
 
 mod classic;
+mod health;
+
+pub use health::HealthServer;
 
 use std::io;
 use std::net::SocketAddr;
@@ -24,10 +28,12 @@ use tokio_util::sync::CancellationToken;
 
 use classic::classic_text;
 
-/// The metrics endpoint could not be bound.
+/// An endpoint could not be bound.
 #[derive(Debug, thiserror::Error)]
-#[error("binding the metrics endpoint {addr}: {error}")]
+#[error("binding the {endpoint} endpoint {addr}: {error}")]
 pub struct BindError {
+    /// Which endpoint (`metrics`, `health`).
+    pub endpoint: &'static str,
     /// The address.
     pub addr: SocketAddr,
     /// The OS error.
@@ -52,11 +58,7 @@ struct Scrape {
 impl MetricsServer {
     /// Binds `addr`.
     pub async fn bind(addr: SocketAddr) -> Result<Self, BindError> {
-        let listener = TcpListener::bind(addr).await.map_err(|source| BindError {
-            addr,
-            error: source,
-        })?;
-        let addr = listener.local_addr().unwrap_or(addr);
+        let (listener, addr) = bind("metrics", addr).await?;
         Ok(Self { listener, addr })
     }
 
@@ -76,17 +78,42 @@ impl MetricsServer {
             .route("/metrics", get(metrics))
             .route("/healthz", get(|| async { "ok\n" }))
             .with_state(Arc::new(Scrape { registry, refresh }));
-        let addr = self.addr;
-        tracing::info!(%addr, "serving metrics");
-        tokio::spawn(async move {
-            let served = axum::serve(self.listener, app)
-                .with_graceful_shutdown(shutdown.cancelled_owned())
-                .await;
-            if let Err(err) = served {
-                tracing::error!(%addr, %err, "the metrics endpoint failed");
-            }
-        })
+        spawn("metrics", self.listener, self.addr, app, shutdown)
     }
+}
+
+/// Binds the `endpoint` at `addr`; returns the listener and its address (the port picked,
+/// if 0 was asked for).
+async fn bind(
+    endpoint: &'static str,
+    addr: SocketAddr,
+) -> Result<(TcpListener, SocketAddr), BindError> {
+    let listener = TcpListener::bind(addr).await.map_err(|source| BindError {
+        endpoint,
+        addr,
+        error: source,
+    })?;
+    let addr = listener.local_addr().unwrap_or(addr);
+    Ok((listener, addr))
+}
+
+/// Serves `app` on `listener` until `shutdown` is cancelled.
+fn spawn(
+    endpoint: &'static str,
+    listener: TcpListener,
+    addr: SocketAddr,
+    app: Router,
+    shutdown: CancellationToken,
+) -> JoinHandle<()> {
+    tracing::info!(%addr, "serving the {endpoint} endpoint");
+    tokio::spawn(async move {
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown.cancelled_owned())
+            .await;
+        if let Err(err) = served {
+            tracing::error!(%addr, %err, "the {endpoint} endpoint failed");
+        }
+    })
 }
 
 /// OpenMetrics to scrapers that ask for it, the classic text format otherwise.

@@ -28,6 +28,7 @@ mod ipcache_scan;
 pub mod keys;
 mod kinds;
 mod labels;
+mod names;
 mod net;
 mod node;
 mod service;
@@ -49,6 +50,7 @@ pub use labels::{
     LABEL_SOURCE_K8S, LABEL_SOURCE_RESERVED, LABEL_SOURCE_UNSPEC, Label, Labels,
     POLICY_LABEL_CLUSTER,
 };
+pub use names::validate_node_name;
 pub use net::{IpMask, IpPrefix, PrefixError};
 pub use node::{Address, AddressType, Node, NodeDecoder};
 pub use service::{

@@ -3,6 +3,7 @@ from proto/ by grpcio-tools, checks a running Meshwork server.
 
     python check_server.py --proto-dir proto --target unix:/run/meshwork/agent.sock agent
     python check_server.py --proto-dir proto --target 127.0.0.1:9890 operator --node node-1
+    python check_server.py --proto-dir proto --target 127.0.0.1:9891 apiserver
 
 It checks, through the standard clients, that every expected service is SERVING
 (grpc_health.v1) and that reflection (v1alpha with grpcio-reflection's descriptor database,
@@ -178,6 +179,25 @@ def check_operator(channel, args):
                 grpc.StatusCode.NOT_FOUND, "no-such-node")
 
 
+def check_apiserver(channel, args):
+    export_pb2, export_grpc = stubs("meshwork.apiserver.v1.export_pb2")
+    services = ["meshwork.apiserver.v1.Export"]
+    check_health(channel, services)
+    check_reflection(channel, services, [export_pb2])
+    export = export_grpc.ExportStub(channel)
+    listed = export.ListServices(export_pb2.ListServicesRequest(), timeout=TIMEOUT_S)
+    check("Export.ListServices", True, f"{len(listed.services)} services")
+    bad = export_pb2.Service(namespace="default", name="web", frontends=["not-an-ip"], shared=True)
+    expect_code("Export.PutService with an unparsable frontend",
+                lambda: export.PutService(export_pb2.PutServiceRequest(service=bad), timeout=TIMEOUT_S),
+                grpc.StatusCode.INVALID_ARGUMENT, 'frontend "not-an-ip" is not an IP address')
+    expect_code("Export.DeleteNode with an invalid name",
+                lambda: export.DeleteNode(export_pb2.DeleteNodeRequest(name="Not A Node"), timeout=TIMEOUT_S),
+                grpc.StatusCode.INVALID_ARGUMENT, 'node name "Not A Node"')
+    after = export.ListServices(export_pb2.ListServicesRequest(), timeout=TIMEOUT_S)
+    check("a refused service is not declared", len(after.services) == len(listed.services))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--proto-dir", required=True, help="the directory holding meshwork/")
@@ -187,6 +207,7 @@ def main():
     agent.add_argument("--clusters", type=int, default=1, help="remote clusters configured")
     operator = components.add_parser("operator", help="meshwork-operator's gRPC endpoint")
     operator.add_argument("--node", required=True, help="a node the operator has published")
+    components.add_parser("apiserver", help="meshwork-apiserver's gRPC endpoint")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as out:
         generate_stubs(args.proto_dir, out)
@@ -195,7 +216,8 @@ def main():
         options = [("grpc.default_authority", "localhost")] if args.target.startswith("unix:") else []
         with grpc.insecure_channel(args.target, options=options) as channel:
             grpc.channel_ready_future(channel).result(timeout=TIMEOUT_S)
-            {"agent": check_agent, "operator": check_operator}[args.component](channel, args)
+            checks = {"agent": check_agent, "operator": check_operator, "apiserver": check_apiserver}
+            checks[args.component](channel, args)
     if failures:
         print(f"{len(failures)} checks failed: {', '.join(failures)}")
         return 1

@@ -5,6 +5,8 @@
 //! the cluster config at start and whenever it differs, the heartbeat every
 //! [`Settings::heartbeat_interval`], and the canaries once the initial state is complete.
 
+use std::collections::HashMap;
+use std::net::IpAddr;
 use std::time::{Duration, SystemTime};
 
 use meshwork_kvstore::{EtcdBackend, KvstoreError};
@@ -14,6 +16,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::control_keys;
 use crate::initial_sync::InitialSync;
+use crate::metrics::ApiserverMetrics;
 use crate::state::{ClusterState, EndpointSpec, KeyChange, NodeSpec, Refused, ServiceSpec};
 use crate::writer::Writer;
 
@@ -54,24 +57,45 @@ impl Settings {
     }
 }
 
+/// One agent session: its node and a number no other session of the node has.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Session {
+    /// The node it publishes.
+    pub node: String,
+    /// Unique per apiserver process.
+    pub id: u64,
+}
+
 /// What the loop is asked to do.
 #[derive(Debug)]
 pub enum Command {
-    /// An agent's session published (or republished) its node.
-    PublishNode(NodeSpec, oneshot::Sender<Result<(), Refused>>),
-    /// An endpoint of a node, created or changed; answered with its identity.
-    PutEndpoint(String, EndpointSpec, oneshot::Sender<Result<u32, Refused>>),
-    /// An endpoint of a node deleted.
-    DeleteEndpoint(String, u64),
-    /// A node's agent has sent all it had at the session's start.
-    InitialStateComplete(String),
-    /// A node's session ended.
-    SessionClosed(String),
-    /// A service declared.
+    /// A session published (or republished) its node; it becomes the node's session.
+    PublishNode(Session, NodeSpec, oneshot::Sender<Result<(), Refused>>),
+    /// An endpoint of the session's node, created or changed; answered with its identity.
+    PutEndpoint(Session, EndpointSpec, oneshot::Sender<Result<u32, Refused>>),
+    /// An endpoint of the session's node deleted.
+    DeleteEndpoint(Session, u64),
+    /// The session has sent all it had at its start; answered once that is written.
+    InitialStateComplete(Session, oneshot::Sender<()>),
+    /// The session ended.
+    SessionClosed(Session),
+    /// A service declared; answered with its backends once its key is written.
     PutService(ServiceSpec, oneshot::Sender<usize>),
-    /// A service deleted; answered whether it existed.
+    /// A service deleted; answered whether it existed, once the delete is written.
     DeleteService(String, String, oneshot::Sender<bool>),
+    /// Every declared service with its backend IPs.
+    ListServices(oneshot::Sender<Vec<(ServiceSpec, Vec<IpAddr>)>>),
+    /// A node's entries deleted at once; answered whether it was known once the deletes are
+    /// written, or `Err` while its agent is connected.
+    DeleteNode(String, oneshot::Sender<Result<bool, NodeConnected>>),
+    /// Write what is pending, then stop (deleting nothing); answered when stopped.
+    Stop(oneshot::Sender<()>),
 }
+
+/// A node cannot be deleted while its agent is connected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the node's agent is connected: stop it first")]
+pub struct NodeConnected;
 
 /// Where the loop's readiness (the canaries written) can be watched.
 pub type Ready = watch::Receiver<bool>;
@@ -84,9 +108,16 @@ pub struct Exporter {
     sync: InitialSync,
     /// Changes a failed write left, tried again first.
     pending: Vec<KeyChange>,
+    /// The current session of each connected node.
+    sessions: HashMap<String, u64>,
+    /// Answers sent after the next successful write (the caller learns its change landed).
+    after_write: Vec<Box<dyn FnOnce() + Send>>,
+    /// Answered once the loop has stopped.
+    stopping: Option<oneshot::Sender<()>>,
     canaries_written: bool,
     ready: watch::Sender<bool>,
     commands: mpsc::Receiver<Command>,
+    metrics: ApiserverMetrics,
 }
 
 impl Exporter {
@@ -96,6 +127,7 @@ impl Exporter {
     pub async fn start(
         backend: EtcdBackend,
         settings: Settings,
+        metrics: ApiserverMetrics,
     ) -> Result<(Self, mpsc::Sender<Command>, Ready), KvstoreError> {
         let now = Instant::now();
         let (writer, found) = Writer::adopt(backend, &settings.cluster, settings.lease_ttl).await?;
@@ -138,22 +170,33 @@ impl Exporter {
             writer,
             sync,
             pending: Vec::new(),
+            sessions: HashMap::new(),
+            after_write: Vec::new(),
+            stopping: None,
             canaries_written,
             ready,
             commands,
+            metrics,
         };
         Ok((exporter, tx, ready_rx))
     }
 
-    /// Runs until every command sender is gone. Deletes nothing on the way out: the keys
-    /// stay under their leases for the next apiserver to adopt.
+    /// Runs until [`Command::Stop`] or until every command sender is gone. Deletes nothing
+    /// on the way out: the keys stay under their leases for the next apiserver to adopt.
     pub async fn run(mut self) {
         self.write_cluster_config().await;
         let mut heartbeat = tokio::time::interval(self.settings.heartbeat_interval);
         heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut keep_alive = tokio::time::interval(self.settings.lease_ttl / 3);
         keep_alive.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let mut gc = tokio::time::interval(Duration::from_secs(30));
+        // Often enough that a short grace (tests) is honoured closely.
+        let gc_every = (self
+            .settings
+            .node_gc_grace
+            .min(self.settings.identity_gc_interval)
+            / 4)
+        .clamp(Duration::from_millis(100), Duration::from_secs(30));
+        let mut gc = tokio::time::interval(gc_every);
         gc.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut retry = tokio::time::interval(Duration::from_secs(1));
         let sync_deadline = tokio::time::sleep_until(self.sync.deadline());
@@ -170,11 +213,16 @@ impl Exporter {
                     }
                 }
                 _ = heartbeat.tick() => self.queue_heartbeat(),
-                _ = keep_alive.tick() => {
-                    if let Err(err) = self.writer.keep_alive().await {
+                _ = keep_alive.tick() => match self.writer.keep_alive().await {
+                    Ok(rewritten) => {
+                        self.metrics.lease_renewals.inc();
+                        self.metrics.lease_rewrites.inc_by(rewritten as u64);
+                    }
+                    Err(err) => {
+                        self.metrics.write_errors.inc();
                         tracing::warn!(%err, "keeping the leases alive failed; retrying");
                     }
-                }
+                },
                 _ = gc.tick() => {
                     let gone = self.state.collect_garbage(
                         Instant::now(),
@@ -189,6 +237,14 @@ impl Exporter {
                 () = &mut sync_deadline, if !deadline_passed => deadline_passed = true,
             }
             self.flush().await;
+            if let Some(stopped) = self.stopping.take() {
+                tracing::info!(
+                    pending = self.pending.len(),
+                    "apiserver loop stopped; nothing deleted"
+                );
+                let _ = stopped.send(());
+                return;
+            }
         }
         tracing::info!("apiserver loop stopped; nothing deleted");
     }
@@ -196,32 +252,69 @@ impl Exporter {
     fn handle(&mut self, command: Command) {
         let now = Instant::now();
         match command {
-            Command::PublishNode(spec, reply) => {
-                let name = spec.name.clone();
+            Command::PublishNode(session, spec, reply) => {
                 let result = self.state.publish_node(spec);
                 if result.is_ok() {
-                    self.sync.session_opened(&name, now);
+                    self.sessions.insert(session.node.clone(), session.id);
+                    self.sync.session_opened(&session.node, now);
                 }
                 let _ = reply.send(result);
             }
-            Command::PutEndpoint(node, endpoint, reply) => {
-                let _ = reply.send(self.state.put_endpoint(&node, endpoint, now));
+            Command::PutEndpoint(session, endpoint, reply) => {
+                if self.current(&session) {
+                    let _ = reply.send(self.state.put_endpoint(&session.node, endpoint, now));
+                }
             }
-            Command::DeleteEndpoint(node, id) => {
-                self.state.delete_endpoint(&node, id, now);
+            Command::DeleteEndpoint(session, id) => {
+                if self.current(&session) {
+                    self.state.delete_endpoint(&session.node, id, now);
+                }
             }
-            Command::InitialStateComplete(node) => self.sync.session_complete(&node),
-            Command::SessionClosed(node) => {
-                self.sync.session_closed(&node);
-                self.state.disconnect(&node, now);
+            Command::InitialStateComplete(session, reply) => {
+                if self.current(&session) {
+                    self.sync.session_complete(&session.node);
+                    self.answer_after_write(reply, ());
+                }
+            }
+            Command::SessionClosed(session) => {
+                if self.current(&session) {
+                    self.sessions.remove(&session.node);
+                    self.sync.session_closed(&session.node);
+                    self.state.disconnect(&session.node, now);
+                }
             }
             Command::PutService(spec, reply) => {
-                let _ = reply.send(self.state.put_service(spec));
+                let backends = self.state.put_service(spec);
+                self.answer_after_write(reply, backends);
             }
             Command::DeleteService(namespace, name, reply) => {
-                let _ = reply.send(self.state.delete_service(&namespace, &name));
+                let existed = self.state.delete_service(&namespace, &name);
+                self.answer_after_write(reply, existed);
+            }
+            Command::ListServices(reply) => {
+                let _ = reply.send(self.state.services());
+            }
+            Command::Stop(reply) => self.stopping = Some(reply),
+            Command::DeleteNode(node, reply) => {
+                if self.sessions.contains_key(&node) {
+                    let _ = reply.send(Err(NodeConnected));
+                } else {
+                    let existed = self.state.delete_node(&node, now);
+                    self.answer_after_write(reply, Ok(existed));
+                }
             }
         }
+    }
+
+    fn answer_after_write<T: Send + 'static>(&mut self, reply: oneshot::Sender<T>, value: T) {
+        self.after_write.push(Box::new(move || {
+            let _ = reply.send(value);
+        }));
+    }
+
+    /// Whether `session` is its node's current one (a replaced session is ignored).
+    fn current(&self, session: &Session) -> bool {
+        self.sessions.get(&session.node) == Some(&session.id)
     }
 
     /// Writes what changed (after what a failed write left), then the canaries once the
@@ -233,8 +326,13 @@ impl Exporter {
             && let Err(err) = self.writer.apply(&changes).await
         {
             tracing::warn!(%err, changes = changes.len(), "writing to etcd failed; retrying");
+            self.metrics.write_errors.inc();
             self.pending = changes;
             return;
+        }
+        self.update_gauges();
+        for answer in self.after_write.drain(..) {
+            answer();
         }
         if !self.canaries_written && self.sync.is_complete(Instant::now()) {
             let canaries: Vec<KeyChange> =
@@ -251,6 +349,18 @@ impl Exporter {
                 Err(err) => tracing::warn!(%err, "writing the canaries failed; retrying"),
             }
         }
+    }
+
+    fn update_gauges(&self) {
+        let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        self.metrics.nodes.set(gauge(self.state.node_count()));
+        self.metrics
+            .endpoints
+            .set(gauge(self.state.endpoint_count()));
+        self.metrics
+            .identities
+            .set(gauge(self.state.identity_count()));
+        self.metrics.services.set(gauge(self.state.service_count()));
     }
 
     async fn write_cluster_config(&mut self) {

@@ -13,10 +13,16 @@
 //! - [`writer`]: writes keys under leases, skipping unchanged values, and adopts what a
 //!   previous apiserver wrote.
 //! - [`exporter`]: the loop that owns them, fed by typed commands and its timers.
+//! - [`validate`]: the gRPC requests checked and turned into the state's specs.
+//! - [`grpc`]: `meshwork.apiserver.v1.Export`, turning sessions and calls into commands.
+//! - [`metrics`]: the `meshwork_apiserver_*` metrics.
 
 pub mod control_keys;
 pub mod exporter;
+pub mod grpc;
 pub mod identities;
 pub mod initial_sync;
+pub mod metrics;
 pub mod state;
+pub mod validate;
 pub mod writer;

@@ -391,6 +391,11 @@ impl ClusterState {
         self.nodes.values().map(|n| n.endpoints.len()).sum()
     }
 
+    /// Services declared.
+    pub fn service_count(&self) -> usize {
+        self.services.len()
+    }
+
     /// Identities allocated.
     pub fn identity_count(&self) -> usize {
         self.identities.len()

@@ -10,7 +10,8 @@ use std::time::Duration;
 mod common;
 
 use common::{connect, events_since};
-use meshwork_apiserver::exporter::{Command, Exporter, Settings};
+use meshwork_apiserver::exporter::{Command, Exporter, Session, Settings};
+use meshwork_apiserver::metrics::ApiserverMetrics;
 use meshwork_apiserver::state::{EndpointSpec, NodeSpec};
 use meshwork_kvstore::EtcdBackend;
 use meshwork_lab::etcd::EtcdServer;
@@ -45,11 +46,22 @@ fn node(name: &str, index: u8) -> NodeSpec {
     }
 }
 
+fn session(name: &str) -> Session {
+    Session {
+        node: name.to_owned(),
+        id: 1,
+    }
+}
+
 /// Publishes `name` with `endpoints` pods, as an agent's session would.
 async fn publish(commands: &mpsc::Sender<Command>, name: &str, index: u8, endpoints: u8) {
     let (reply, answer) = oneshot::channel();
     commands
-        .send(Command::PublishNode(node(name, index), reply))
+        .send(Command::PublishNode(
+            session(name),
+            node(name, index),
+            reply,
+        ))
         .await
         .unwrap();
     answer.await.unwrap().unwrap();
@@ -63,10 +75,17 @@ async fn publish(commands: &mpsc::Sender<Command>, name: &str, index: u8, endpoi
             pod_name: format!("{name}-{i}"),
         };
         let (reply, answer) = oneshot::channel();
-        let put = Command::PutEndpoint(name.to_owned(), endpoint, reply);
+        let put = Command::PutEndpoint(session(name), endpoint, reply);
         commands.send(put).await.unwrap();
         answer.await.unwrap().unwrap();
     }
+}
+
+/// Says `name` has sent its initial state, without waiting for it to be written.
+async fn complete(commands: &mpsc::Sender<Command>, name: &str) {
+    let (reply, _written) = oneshot::channel();
+    let command = Command::InitialStateComplete(session(name), reply);
+    commands.send(command).await.unwrap();
 }
 
 async fn start(
@@ -76,7 +95,10 @@ async fn start(
     tokio::sync::watch::Receiver<bool>,
     JoinHandle<()>,
 ) {
-    let (exporter, commands, ready) = Exporter::start(backend.clone(), settings()).await.unwrap();
+    let (exporter, commands, ready) =
+        Exporter::start(backend.clone(), settings(), ApiserverMetrics::default())
+            .await
+            .unwrap();
     (commands, ready, tokio::spawn(exporter.run()))
 }
 
@@ -88,10 +110,7 @@ async fn canaries_wait_for_every_agent_of_the_window_and_a_restart_rewrites_noth
     let (commands, mut ready, task) = start(&backend).await;
 
     publish(&commands, "n1", 1, 3).await;
-    commands
-        .send(Command::InitialStateComplete("n1".to_owned()))
-        .await
-        .unwrap();
+    complete(&commands, "n1").await;
     // n2 connects within the window but is slow to finish.
     publish(&commands, "n2", 2, 0).await;
     let early = tokio::time::timeout(INITIAL_SYNC_TIMEOUT * 2, ready.wait_for(|r| *r))
@@ -99,10 +118,7 @@ async fn canaries_wait_for_every_agent_of_the_window_and_a_restart_rewrites_noth
         .is_ok();
     assert!(!early, "no canaries while n2 is still publishing");
     publish(&commands, "n2", 2, 2).await;
-    commands
-        .send(Command::InitialStateComplete("n2".to_owned()))
-        .await
-        .unwrap();
+    complete(&commands, "n2").await;
     tokio::time::timeout(Duration::from_secs(10), ready.wait_for(|r| *r))
         .await
         .expect("canaries once n2 is done")
@@ -154,10 +170,7 @@ async fn canaries_wait_for_every_agent_of_the_window_and_a_restart_rewrites_noth
     assert!(*ready.borrow(), "the canaries are there: ready at once");
     publish(&commands, "n1", 1, 3).await;
     publish(&commands, "n2", 2, 2).await;
-    commands
-        .send(Command::InitialStateComplete("n1".to_owned()))
-        .await
-        .unwrap();
+    complete(&commands, "n1").await;
     // The loop ends only after writing what the commands before changed.
     drop(commands);
     task.await.unwrap();

@@ -1,0 +1,210 @@
+//! The command line, with Cilium's clustermesh-apiserver flag names where Cilium has one.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use clap::Parser;
+use meshwork_apiserver::exporter::Settings;
+use meshwork_kvstore::EtcdConfig;
+use meshwork_types::{validate_cluster_id, validate_cluster_name, validate_max_connected_clusters};
+
+/// Meshwork's clustermesh apiserver: the only writer of its cluster's etcd.
+///
+/// Agents publish their node and endpoints to it over gRPC
+/// (`meshwork.apiserver.v1.Export`, on `--grpc-serve-addr`); it allocates their identities
+/// in the cluster's range and writes everything in Cilium's layout under leases, with
+/// `cilium/cluster-config/<cluster>`, the heartbeat, and — once every agent that connected
+/// within `--initial-sync-timeout` has published — the sync canaries, so remote agents read
+/// a complete state. A restart adopts what the previous process wrote and changes nothing
+/// that is still true. SIGTERM exits 0 and deletes nothing.
+#[derive(Debug, Parser)]
+#[command(name = "meshwork-apiserver", version, about, long_about)]
+pub struct Cli {
+    /// Name of this cluster (Cilium's rules: up to 32 lower-case letters, digits and '-').
+    #[arg(long, env = "MESHWORK_CLUSTER_NAME")]
+    pub cluster_name: String,
+    /// This cluster's ID, 1..=--max-connected-clusters.
+    #[arg(long, env = "MESHWORK_CLUSTER_ID")]
+    pub cluster_id: u32,
+    /// Clusters a mesh may hold: 255 or 511 (it sizes the identity ranges).
+    #[arg(long, default_value_t = 255)]
+    pub max_connected_clusters: u32,
+
+    /// etcd endpoints (comma-separated URLs) of this cluster's kvstore; `https://` ones with
+    /// the TLS flags below. etcd must answer at start.
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub kvstore_endpoints: Vec<String>,
+    /// CA file (PEM) that signed etcd's server certificate.
+    #[arg(long, value_name = "FILE")]
+    pub kvstore_trusted_ca_file: Option<PathBuf>,
+    /// Client certificate file (PEM) presented to etcd; with client-certificate auth its CN
+    /// is the etcd user (`meshwork-apiserver etcd-init` creates it). Requires
+    /// `--kvstore-key-file`.
+    #[arg(long, value_name = "FILE", requires = "kvstore_key_file")]
+    pub kvstore_cert_file: Option<PathBuf>,
+    /// Private key file (PEM) of `--kvstore-cert-file`.
+    #[arg(long, value_name = "FILE", requires = "kvstore_cert_file")]
+    pub kvstore_key_file: Option<PathBuf>,
+    /// TTL of the leases every key is written under; a key whose lease expires is written
+    /// again.
+    #[arg(long, default_value = "15m", value_parser = humantime::parse_duration)]
+    pub kvstore_lease_ttl: Duration,
+
+    /// How long after start the agents have to reconnect and republish before the sync
+    /// canaries are written without them.
+    #[arg(long, default_value = "1m", value_parser = humantime::parse_duration)]
+    pub initial_sync_timeout: Duration,
+    /// How long the entries of a node whose agent went away stay in etcd.
+    #[arg(long, default_value = "15m", value_parser = humantime::parse_duration)]
+    pub node_gc_grace: Duration,
+    /// How long an identity no endpoint uses is kept before it is released.
+    #[arg(long, default_value = "15m", value_parser = humantime::parse_duration)]
+    pub identity_gc_interval: Duration,
+
+    /// Where `meshwork.apiserver.v1.Export` (with gRPC health and reflection) is served.
+    #[arg(long, default_value = "127.0.0.1:9891", value_name = "ADDR")]
+    pub grpc_serve_addr: String,
+    /// Where `/healthz` and `/readyz` (200 once the sync canaries are written) are served.
+    #[arg(long, default_value = "127.0.0.1:9880", value_name = "ADDR")]
+    pub health_serve_addr: String,
+    /// Where `/metrics` (`meshwork_apiserver_*`, `meshwork_kvstore_*`) is served; empty
+    /// disables it.
+    #[arg(long, default_value = "127.0.0.1:9964", value_name = "ADDR")]
+    pub prometheus_serve_addr: String,
+}
+
+/// Where the apiserver serves.
+#[derive(Debug)]
+pub struct Addrs {
+    /// `--grpc-serve-addr`.
+    pub grpc: SocketAddr,
+    /// `--health-serve-addr`.
+    pub health: SocketAddr,
+    /// `--prometheus-serve-addr`, unless empty.
+    pub metrics: Option<SocketAddr>,
+}
+
+fn addr(flag: &str, text: &str) -> anyhow::Result<SocketAddr> {
+    text.parse()
+        .with_context(|| format!("{flag} {text:?} is not an IP:port address"))
+}
+
+impl Cli {
+    /// The loop's settings, checked against Cilium's rules.
+    pub fn settings(&self) -> anyhow::Result<Settings> {
+        validate_cluster_name(&self.cluster_name)
+            .with_context(|| format!("--cluster-name {:?}", self.cluster_name))?;
+        validate_max_connected_clusters(self.max_connected_clusters)
+            .context("--max-connected-clusters")?;
+        validate_cluster_id(self.cluster_id, self.max_connected_clusters)
+            .with_context(|| format!("--cluster-id {}", self.cluster_id))?;
+        if self.kvstore_lease_ttl < Duration::from_secs(10) {
+            bail!("--kvstore-lease-ttl must be at least 10s");
+        }
+        Ok(Settings {
+            max_connected_clusters: self.max_connected_clusters,
+            lease_ttl: self.kvstore_lease_ttl,
+            initial_sync_timeout: self.initial_sync_timeout,
+            node_gc_grace: self.node_gc_grace,
+            identity_gc_interval: self.identity_gc_interval,
+            ..Settings::new(&self.cluster_name, self.cluster_id)
+        })
+    }
+
+    /// The etcd connection settings.
+    pub fn etcd(&self) -> EtcdConfig {
+        EtcdConfig {
+            endpoints: self.kvstore_endpoints.clone(),
+            trusted_ca_file: self.kvstore_trusted_ca_file.clone(),
+            cert_file: self.kvstore_cert_file.clone(),
+            key_file: self.kvstore_key_file.clone(),
+        }
+    }
+
+    /// The listen addresses.
+    pub fn addrs(&self) -> anyhow::Result<Addrs> {
+        Ok(Addrs {
+            grpc: addr("--grpc-serve-addr", &self.grpc_serve_addr)?,
+            health: addr("--health-serve-addr", &self.health_serve_addr)?,
+            metrics: (!self.prometheus_serve_addr.is_empty())
+                .then(|| addr("--prometheus-serve-addr", &self.prometheus_serve_addr))
+                .transpose()?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory as _;
+
+    use super::*;
+
+    /// The flags `extra` adds, over cluster c1 with ID 1 (a flag given again wins).
+    fn parse(extra: &[&str]) -> Cli {
+        let name = flag_value(extra, "--cluster-name").unwrap_or("c1");
+        let id = flag_value(extra, "--cluster-id").unwrap_or("1");
+        let extra: Vec<&str> = extra
+            .chunks(2)
+            .filter(|pair| !matches!(pair[0], "--cluster-name" | "--cluster-id"))
+            .flatten()
+            .copied()
+            .collect();
+        let mut args = vec![
+            "meshwork-apiserver",
+            "--cluster-name",
+            name,
+            "--cluster-id",
+            id,
+        ];
+        args.extend_from_slice(&["--kvstore-endpoints", "http://127.0.0.1:2379"]);
+        args.extend_from_slice(&extra);
+        Cli::try_parse_from(args).unwrap()
+    }
+
+    fn flag_value<'a>(args: &[&'a str], flag: &str) -> Option<&'a str> {
+        args.chunks(2)
+            .find(|pair| pair[0] == flag)
+            .map(|pair| pair[1])
+    }
+
+    #[test]
+    fn defaults_are_ciliums_and_bad_values_are_named() {
+        Cli::command().debug_assert();
+        let settings = parse(&[]).settings().unwrap();
+        assert_eq!(settings.lease_ttl, Duration::from_secs(900));
+        assert_eq!(settings.initial_sync_timeout, Duration::from_secs(60));
+        let addrs = parse(&[]).addrs().unwrap();
+        assert_eq!(addrs.grpc.to_string(), "127.0.0.1:9891");
+        assert_eq!(addrs.health.to_string(), "127.0.0.1:9880");
+        assert_eq!(
+            addrs.metrics.map(|a| a.to_string()).as_deref(),
+            Some("127.0.0.1:9964")
+        );
+        assert!(
+            parse(&["--prometheus-serve-addr", ""])
+                .addrs()
+                .unwrap()
+                .metrics
+                .is_none()
+        );
+        let err = parse(&["--cluster-id", "256"]).settings().unwrap_err();
+        assert!(
+            format!("{err:#}").starts_with("--cluster-id 256"),
+            "{err:#}"
+        );
+        let err = parse(&["--cluster-name", "C_1"]).settings().unwrap_err();
+        assert!(
+            format!("{err:#}").starts_with("--cluster-name \"C_1\""),
+            "{err:#}"
+        );
+        let err = parse(&["--grpc-serve-addr", "localhost"])
+            .addrs()
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "--grpc-serve-addr \"localhost\" is not an IP:port address"
+        );
+    }
+}

@@ -1,0 +1,289 @@
+//! `meshwork.apiserver.v1.Export`: each agent's publishing session and the service calls,
+//! checked ([`crate::validate`]) and handed to the [`Exporter`](crate::exporter::Exporter)
+//! loop as commands. A refused request is answered with a gRPC error naming what is wrong,
+//! counted by reason, and writes nothing.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use meshwork_proto::apiserver::v1 as pb;
+use pb::publish_request::Request as Publish;
+use pb::publish_response::Response as Answer;
+use tokio::sync::{mpsc, oneshot};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::exporter::{Command, Session};
+use crate::metrics::ApiserverMetrics;
+use crate::state::{Refused, ServiceSpec};
+use crate::validate::{self, Invalid};
+
+/// Answers queued per session before the session waits for its client to read them.
+const SESSION_QUEUE: usize = 256;
+
+/// The service; clones share the loop and the metrics.
+#[derive(Debug, Clone)]
+pub struct ExportService {
+    commands: mpsc::Sender<Command>,
+    metrics: ApiserverMetrics,
+    sessions: Arc<AtomicU64>,
+}
+
+impl ExportService {
+    /// A service sending its commands to the loop at `commands`.
+    pub fn new(commands: mpsc::Sender<Command>, metrics: ApiserverMetrics) -> Self {
+        Self {
+            commands,
+            metrics,
+            sessions: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// The tonic server wrapper.
+    pub fn into_server(self) -> pb::export_server::ExportServer<Self> {
+        pb::export_server::ExportServer::new(self)
+    }
+
+    fn invalid(&self, err: &Invalid) -> Status {
+        self.metrics.refuse(err.reason);
+        Status::invalid_argument(err.message.clone())
+    }
+
+    fn refused(&self, err: &Refused) -> Status {
+        self.metrics.refuse(err.reason());
+        let message = err.to_string();
+        match err {
+            Refused::OutsidePodCidr { .. } => Status::invalid_argument(message),
+            Refused::CidrOverlap { .. } | Refused::UnknownNode(_) => {
+                Status::failed_precondition(message)
+            }
+            Refused::Exhausted(_) => Status::resource_exhausted(message),
+        }
+    }
+
+    /// Sends the command `make` builds around a reply channel, and awaits the reply.
+    async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Command) -> Result<T, Status> {
+        let (reply, answer) = oneshot::channel();
+        self.commands
+            .send(make(reply))
+            .await
+            .map_err(|_| shutting_down())?;
+        answer.await.map_err(|_| shutting_down())
+    }
+
+    /// One message of `session`; an answer goes to `out`.
+    async fn handle(
+        &self,
+        session: &Session,
+        message: pb::PublishRequest,
+        out: &mpsc::Sender<Result<pb::PublishResponse, Status>>,
+    ) -> Result<(), Status> {
+        let answer = match message.request {
+            None => return Err(self.invalid(&empty_message())),
+            Some(Publish::Node(node)) => {
+                let spec = validate::node(&node).map_err(|e| self.invalid(&e))?;
+                if spec.name != session.node {
+                    self.metrics.refuse("node_renamed");
+                    return Err(Status::invalid_argument(format!(
+                        "the session publishes node {:?}, not {:?}",
+                        session.node, spec.name
+                    )));
+                }
+                self.ask(|reply| Command::PublishNode(session.clone(), spec, reply))
+                    .await?
+                    .map_err(|e| self.refused(&e))?;
+                None
+            }
+            Some(Publish::Endpoint(endpoint)) => {
+                let spec = validate::endpoint(&endpoint).map_err(|e| self.invalid(&e))?;
+                let id = spec.id;
+                let identity = self
+                    .ask(|reply| Command::PutEndpoint(session.clone(), spec, reply))
+                    .await
+                    .map_err(|_| replaced(session))?
+                    .map_err(|e| self.refused(&e))?;
+                Some(Answer::Identity(pb::EndpointIdentity {
+                    endpoint_id: id,
+                    identity,
+                }))
+            }
+            Some(Publish::DeletedEndpoint(id)) => {
+                let command = Command::DeleteEndpoint(session.clone(), id);
+                self.commands
+                    .send(command)
+                    .await
+                    .map_err(|_| shutting_down())?;
+                None
+            }
+            Some(Publish::InitialStateComplete(_)) => {
+                self.ask(|reply| Command::InitialStateComplete(session.clone(), reply))
+                    .await
+                    .map_err(|_| replaced(session))?;
+                Some(Answer::InitialStateWritten(true))
+            }
+        };
+        if let Some(answer) = answer {
+            let response = pb::PublishResponse {
+                response: Some(answer),
+            };
+            // A client that no longer reads ends the session.
+            out.send(Ok(response))
+                .await
+                .map_err(|_| Status::cancelled("the client went"))?;
+        }
+        Ok(())
+    }
+}
+
+fn shutting_down() -> Status {
+    Status::unavailable("the apiserver is shutting down")
+}
+
+fn replaced(session: &Session) -> Status {
+    Status::aborted(format!(
+        "a newer session of node {:?} replaced this one",
+        session.node
+    ))
+}
+
+fn empty_message() -> Invalid {
+    Invalid {
+        reason: "empty_message",
+        message: "a publish request carries nothing".to_owned(),
+    }
+}
+
+/// Reads `session`'s messages until its stream ends or one is refused, then tells the loop
+/// the session is gone.
+async fn run_session(
+    service: ExportService,
+    session: Session,
+    mut inbound: Streaming<pb::PublishRequest>,
+    out: mpsc::Sender<Result<pb::PublishResponse, Status>>,
+) {
+    let ended = loop {
+        match inbound.message().await {
+            Ok(Some(message)) => {
+                if let Err(status) = service.handle(&session, message, &out).await {
+                    break Err(status);
+                }
+            }
+            Ok(None) => break Ok(()),
+            Err(status) => break Err(status),
+        }
+    };
+    if let Err(status) = ended {
+        tracing::info!(node = %session.node, %status, "publishing session ended with an error");
+        let _ = out.send(Err(status)).await;
+    }
+    let _ = service.commands.send(Command::SessionClosed(session)).await;
+}
+
+fn service_to_proto(spec: &ServiceSpec, backends: &[std::net::IpAddr]) -> pb::ServiceStatus {
+    pb::ServiceStatus {
+        service: Some(pb::Service {
+            namespace: spec.namespace.clone(),
+            name: spec.name.clone(),
+            frontends: spec.frontends.iter().map(ToString::to_string).collect(),
+            ports: spec
+                .ports
+                .iter()
+                .map(|(name, l4)| pb::NamedPort {
+                    name: name.clone(),
+                    port: u32::from(l4.port),
+                    protocol: l4.protocol.as_str().to_owned(),
+                })
+                .collect(),
+            selector: spec.selector.iter().map(ToString::to_string).collect(),
+            shared: spec.shared,
+        }),
+        backends: backends.iter().map(ToString::to_string).collect(),
+    }
+}
+
+#[tonic::async_trait]
+impl pb::export_server::Export for ExportService {
+    type PublishStream = ReceiverStream<Result<pb::PublishResponse, Status>>;
+
+    async fn publish(
+        &self,
+        request: Request<Streaming<pb::PublishRequest>>,
+    ) -> Result<Response<Self::PublishStream>, Status> {
+        let mut inbound = request.into_inner();
+        let first = inbound.message().await?.ok_or_else(|| {
+            self.metrics.refuse("no_node");
+            Status::invalid_argument("the session ended before it published its node")
+        })?;
+        let Some(Publish::Node(node)) = first.request else {
+            self.metrics.refuse("no_node");
+            return Err(Status::invalid_argument(
+                "the first message of a session must carry the node",
+            ));
+        };
+        let spec = validate::node(&node).map_err(|e| self.invalid(&e))?;
+        let session = Session {
+            node: spec.name.clone(),
+            id: self.sessions.fetch_add(1, Ordering::Relaxed) + 1,
+        };
+        self.ask(|reply| Command::PublishNode(session.clone(), spec, reply))
+            .await?
+            .map_err(|e| self.refused(&e))?;
+        tracing::info!(node = %session.node, session = session.id, "agent publishing");
+        let (out, answers) = mpsc::channel(SESSION_QUEUE);
+        tokio::spawn(run_session(self.clone(), session, inbound, out));
+        Ok(Response::new(ReceiverStream::new(answers)))
+    }
+
+    async fn put_service(
+        &self,
+        request: Request<pb::PutServiceRequest>,
+    ) -> Result<Response<pb::PutServiceResponse>, Status> {
+        let service = request.into_inner().service.ok_or_else(|| {
+            self.metrics.refuse("invalid_service");
+            Status::invalid_argument("the request carries no service")
+        })?;
+        let spec = validate::service(&service).map_err(|e| self.invalid(&e))?;
+        let backends = self.ask(|reply| Command::PutService(spec, reply)).await?;
+        Ok(Response::new(pb::PutServiceResponse {
+            backends: u32::try_from(backends).unwrap_or(u32::MAX),
+        }))
+    }
+
+    async fn delete_service(
+        &self,
+        request: Request<pb::DeleteServiceRequest>,
+    ) -> Result<Response<pb::DeleteServiceResponse>, Status> {
+        let pb::DeleteServiceRequest { namespace, name } = request.into_inner();
+        validate::namespaced_name(&namespace, &name).map_err(|e| self.invalid(&e))?;
+        let existed = self
+            .ask(|reply| Command::DeleteService(namespace, name, reply))
+            .await?;
+        Ok(Response::new(pb::DeleteServiceResponse { existed }))
+    }
+
+    async fn list_services(
+        &self,
+        _: Request<pb::ListServicesRequest>,
+    ) -> Result<Response<pb::ListServicesResponse>, Status> {
+        let services = self.ask(Command::ListServices).await?;
+        Ok(Response::new(pb::ListServicesResponse {
+            services: services
+                .iter()
+                .map(|(spec, backends)| service_to_proto(spec, backends))
+                .collect(),
+        }))
+    }
+
+    async fn delete_node(
+        &self,
+        request: Request<pb::DeleteNodeRequest>,
+    ) -> Result<Response<pb::DeleteNodeResponse>, Status> {
+        let name = request.into_inner().name;
+        validate::node_name(&name).map_err(|e| self.invalid(&e))?;
+        let existed = self
+            .ask(|reply| Command::DeleteNode(name.clone(), reply))
+            .await?
+            .map_err(|err| Status::failed_precondition(format!("node {name:?}: {err}")))?;
+        Ok(Response::new(pb::DeleteNodeResponse { existed }))
+    }
+}

@@ -1,0 +1,361 @@
+//! The real `meshwork-apiserver` binary against a real etcd, every event under `cilium/`
+//! recorded, an agent played by a gRPC client of `meshwork.apiserver.v1.Export`:
+//!
+//! - an agent publishes, gets its identities and "written"; `/readyz` and gRPC health turn
+//!   ready once the canaries are written;
+//! - the apiserver SIGKILLed and restarted, the agent republishing: a reader sees no event
+//!   but the heartbeat;
+//! - an agent gone: its entries stay for `--node-gc-grace`, then are deleted;
+//!   `DeleteNode` deletes at once, and is refused while the agent is connected;
+//! - bad input: INVALID_ARGUMENT naming the value, counted by reason, nothing written;
+//! - a Python client (grpcio) checks health, reflection, a read RPC and malformed requests;
+//! - SIGTERM exits 0 and deletes nothing.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::{connect, events_since};
+use meshwork_kvstore::EtcdBackend;
+use meshwork_lab::etcd::EtcdServer;
+use meshwork_lab::process::LabProcess;
+use meshwork_lab::wait::{Wait, free_port};
+use meshwork_proto::apiserver::v1 as pb;
+use meshwork_proto::apiserver::v1::export_client::ExportClient;
+use meshwork_proto::standard::client::{HealthStatus, health};
+use nix::sys::signal::Signal;
+use pb::publish_request::Request as Publish;
+use pb::publish_response::Response as Answer;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Channel;
+use tonic::{Code, Streaming};
+
+const DEADLINE: Duration = Duration::from_secs(30);
+const NODE_GC_GRACE: Duration = Duration::from_secs(3);
+
+/// A running apiserver and its ports.
+struct Apiserver {
+    process: LabProcess,
+    grpc: u16,
+    health: u16,
+    metrics: u16,
+}
+
+fn start(etcd: &EtcdServer, dir: &std::path::Path, ports: Option<(u16, u16, u16)>) -> Apiserver {
+    let (grpc, health, metrics) = ports.unwrap_or_else(|| {
+        (
+            free_port().unwrap(),
+            free_port().unwrap(),
+            free_port().unwrap(),
+        )
+    });
+    let mut command = Command::new(env!("CARGO_BIN_EXE_meshwork-apiserver"));
+    command
+        .args(["--cluster-name", "c1", "--cluster-id", "1"])
+        .args(["--kvstore-endpoints", &etcd.endpoint()])
+        .args(["--initial-sync-timeout", "2s"])
+        .args(["--node-gc-grace", &format!("{}s", NODE_GC_GRACE.as_secs())])
+        .args(["--grpc-serve-addr", &format!("127.0.0.1:{grpc}")])
+        .args(["--health-serve-addr", &format!("127.0.0.1:{health}")])
+        .args(["--prometheus-serve-addr", &format!("127.0.0.1:{metrics}")]);
+    // A log of its own per start: a restart must not read the last one's "running".
+    static STARTS: AtomicUsize = AtomicUsize::new(0);
+    let log: PathBuf = dir.join(format!(
+        "apiserver-{}.log",
+        STARTS.fetch_add(1, Ordering::Relaxed)
+    ));
+    let process = LabProcess::spawn("meshwork-apiserver", command, &log).unwrap();
+    let apiserver = Apiserver {
+        process,
+        grpc,
+        health,
+        metrics,
+    };
+    let text = Wait::new("the apiserver to run")
+        .timeout(DEADLINE)
+        .every(Duration::from_millis(50))
+        .until(
+            || std::fs::read_to_string(&log).unwrap_or_default(),
+            |log| log.contains("meshwork-apiserver running") || log.contains("meshwork-apiserver:"),
+        )
+        .unwrap();
+    assert!(text.contains("meshwork-apiserver running"), "{text}");
+    apiserver
+}
+
+async fn channel(port: u16) -> Channel {
+    tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
+        .unwrap()
+        .connect()
+        .await
+        .expect("the apiserver's gRPC port")
+}
+
+async fn http_get(port: u16, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).await.unwrap();
+    let status = reply
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, reply)
+}
+
+fn node(name: &str, index: u8) -> pb::Node {
+    pb::Node {
+        name: name.to_owned(),
+        addresses: vec![pb::NodeAddress {
+            r#type: "InternalIP".to_owned(),
+            ip: format!("192.0.2.{index}"),
+        }],
+        ipv4_alloc_cidrs: vec![format!("10.1.{index}.0/24")],
+        ..pb::Node::default()
+    }
+}
+
+fn endpoint(index: u8, i: u8) -> pb::Endpoint {
+    pb::Endpoint {
+        id: u64::from(i),
+        ips: vec![format!("10.1.{index}.{i}")],
+        labels: vec![format!("k8s:app=app{}", i % 2)],
+        pod_namespace: "default".to_owned(),
+        pod_name: format!("pod-{i}"),
+        ..pb::Endpoint::default()
+    }
+}
+
+/// An agent's publishing session, open while this lives.
+struct Agent {
+    _requests: mpsc::Sender<pb::PublishRequest>,
+    _answers: Streaming<pb::PublishResponse>,
+}
+
+impl Agent {
+    /// Opens a session and publishes `name` (node `index`) with `endpoints` pods and the
+    /// end of its initial state; returns once the apiserver says it is written.
+    async fn publish(
+        port: u16,
+        name: &str,
+        index: u8,
+        endpoints: u8,
+    ) -> Result<Self, tonic::Status> {
+        let (requests, rx) = mpsc::channel(64);
+        let send = |request| pb::PublishRequest {
+            request: Some(request),
+        };
+        requests
+            .send(send(Publish::Node(node(name, index))))
+            .await
+            .unwrap();
+        let mut client = ExportClient::new(channel(port).await);
+        let mut answers = client.publish(ReceiverStream::new(rx)).await?.into_inner();
+        for i in 1..=endpoints {
+            requests
+                .send(send(Publish::Endpoint(endpoint(index, i))))
+                .await
+                .unwrap();
+            let Some(Answer::Identity(identity)) =
+                answers.message().await?.and_then(|a| a.response)
+            else {
+                panic!("no identity for endpoint {i}");
+            };
+            assert_eq!(identity.endpoint_id, u64::from(i));
+            // The first labels seen (app1) got the first ID of the range, app0 the next.
+            assert_eq!(identity.identity, 65536 + u32::from(i % 2 == 0));
+        }
+        requests
+            .send(send(Publish::InitialStateComplete(true)))
+            .await
+            .unwrap();
+        let written = answers.message().await?.and_then(|a| a.response);
+        assert_eq!(written, Some(Answer::InitialStateWritten(true)));
+        Ok(Self {
+            _requests: requests,
+            _answers: answers,
+        })
+    }
+}
+
+async fn key_exists(backend: &EtcdBackend, key: &str) -> bool {
+    backend.get(key).await.unwrap().is_some()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs real etcd and the venv's grpcio: `cargo xtask test` runs it"]
+async fn publish_restart_gone_agents_bad_input_and_sigterm() {
+    let etcd = EtcdServer::start().unwrap();
+    let backend = connect(&etcd).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut apiserver = start(&etcd, dir.path(), None);
+
+    let (status, body) = http_get(apiserver.health, "/readyz").await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(
+        health(channel(apiserver.grpc).await, "").await.unwrap(),
+        HealthStatus::NotServing
+    );
+    let n1 = Agent::publish(apiserver.grpc, "n1", 1, 3).await.unwrap();
+    let ready = Wait::new("/readyz 200")
+        .timeout(DEADLINE)
+        .every(Duration::from_millis(100))
+        .until_async(|| http_get(apiserver.health, "/readyz"), |(s, _)| *s == 200)
+        .await;
+    assert!(
+        ready.is_ok(),
+        "{ready:?}; log:\n{}",
+        apiserver.process.log_tail()
+    );
+    assert_eq!(
+        health(channel(apiserver.grpc).await, "").await.unwrap(),
+        HealthStatus::Serving
+    );
+    assert!(key_exists(&backend, "cilium/state/ip/v1/default/10.1.1.3").await);
+    assert!(key_exists(&backend, "cilium/synced/c1/cilium/state/ip/v1").await);
+
+    // SIGKILL, restart on the same ports, the agent republishes: nothing changes.
+    drop(n1);
+    apiserver.process.signal(Signal::SIGKILL).unwrap();
+    Wait::new("the apiserver to die")
+        .timeout(DEADLINE)
+        .some(|| apiserver.process.exit_status())
+        .unwrap();
+    let before = backend.revision("cilium/").await.unwrap();
+    let ports = (apiserver.grpc, apiserver.health, apiserver.metrics);
+    let mut apiserver = start(&etcd, dir.path(), Some(ports));
+    let (status, _) = http_get(apiserver.health, "/readyz").await;
+    assert_eq!(status, 200, "the canaries are there: ready at once");
+    let n1 = Agent::publish(apiserver.grpc, "n1", 1, 3).await.unwrap();
+    let events = events_since(&backend, before + 1).await;
+    let changed: Vec<_> = events
+        .iter()
+        .filter(|(k, _)| k != "cilium/.heartbeat")
+        .collect();
+    assert!(changed.is_empty(), "a reader saw {changed:?}");
+
+    // DeleteNode is refused while the agent is connected.
+    let mut client = ExportClient::new(channel(apiserver.grpc).await);
+    let delete = |name: &str| pb::DeleteNodeRequest {
+        name: name.to_owned(),
+    };
+    let refused = client.delete_node(delete("n1")).await.unwrap_err();
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+
+    // n1 goes: its entries stay for the grace, then go.
+    drop(n1);
+    let gone_at = tokio::time::Instant::now();
+    let deleted = Wait::new("n1's ipcache entry deleted after the grace")
+        .timeout(DEADLINE)
+        .every(Duration::from_millis(100))
+        .until_async(
+            || key_exists(&backend, "cilium/state/ip/v1/default/10.1.1.1"),
+            |e| !e,
+        )
+        .await;
+    assert!(deleted.is_ok(), "{deleted:?}");
+    assert!(gone_at.elapsed() >= NODE_GC_GRACE - Duration::from_millis(500));
+    assert!(!key_exists(&backend, "cilium/state/nodes/v1/c1/n1").await);
+
+    // n2 goes and is deleted at once.
+    let n2 = Agent::publish(apiserver.grpc, "n2", 2, 1).await.unwrap();
+    drop(n2);
+    let existed = Wait::new("DeleteNode n2 after its session closed")
+        .timeout(DEADLINE)
+        .every(Duration::from_millis(50))
+        .until_async(
+            || {
+                let mut client = client.clone();
+                async move {
+                    client
+                        .delete_node(delete("n2"))
+                        .await
+                        .map(|r| r.into_inner().existed)
+                        .ok()
+                }
+            },
+            Option::is_some,
+        )
+        .await
+        .unwrap();
+    assert_eq!(existed, Some(true));
+    assert!(!key_exists(&backend, "cilium/state/ip/v1/default/10.1.2.1").await);
+
+    // Bad input: refused, named, counted, nothing written.
+    let before = backend.revision("cilium/").await.unwrap();
+    let Err(err) = Agent::publish(apiserver.grpc, "N_3", 3, 0).await else {
+        panic!("node N_3 was accepted");
+    };
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().contains("node name \"N_3\""), "{err:?}");
+    let mut bad_cidr = node("n4", 4);
+    bad_cidr.ipv4_alloc_cidrs = vec!["10.1.4.0/33".to_owned()];
+    let (requests, rx) = mpsc::channel(1);
+    requests
+        .send(pb::PublishRequest {
+            request: Some(Publish::Node(bad_cidr)),
+        })
+        .await
+        .unwrap();
+    drop(requests);
+    let Err(err) = client.publish(ReceiverStream::new(rx)).await else {
+        panic!("a node with CIDR 10.1.4.0/33 was accepted");
+    };
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    assert!(
+        err.message().contains("\"10.1.4.0/33\" is not a CIDR"),
+        "{err:?}"
+    );
+    let (_, metrics) = http_get(apiserver.metrics, "/metrics").await;
+    assert!(
+        metrics
+            .contains("meshwork_apiserver_refused_requests_total{reason=\"invalid_node_name\"} 1"),
+        "{metrics}"
+    );
+    let events = events_since(&backend, before + 1).await;
+    let written: Vec<_> = events
+        .iter()
+        .filter(|(k, _)| k != "cilium/.heartbeat")
+        .collect();
+    assert!(written.is_empty(), "refused input wrote {written:?}");
+
+    // A client no Meshwork code wrote.
+    let target = format!("127.0.0.1:{}", apiserver.grpc);
+    let checks = tokio::task::spawn_blocking(move || {
+        meshwork_lab::python_client::check_server(&target, &["apiserver"])
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(checks.passed, "{}", checks.output);
+    for check in [
+        "health meshwork.apiserver.v1.Export",
+        "reflection v1 lists the served services",
+        "Export.PutService with an unparsable frontend",
+    ] {
+        assert!(checks.passed_check(check), "{check}: {}", checks.output);
+    }
+
+    // SIGTERM: exit 0, nothing deleted.
+    apiserver.process.signal(Signal::SIGTERM).unwrap();
+    let status = Wait::new("the apiserver to exit after SIGTERM")
+        .timeout(Duration::from_secs(15))
+        .some(|| apiserver.process.exit_status())
+        .unwrap();
+    assert!(
+        status.success(),
+        "{status}; log:\n{}",
+        apiserver.process.log_tail()
+    );
+    assert!(key_exists(&backend, "cilium/synced/c1/cilium/state/ip/v1").await);
+    assert!(key_exists(&backend, "cilium/cluster-config/c1").await);
+}
