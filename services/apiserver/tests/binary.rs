@@ -7,6 +7,8 @@
 //!   but the heartbeat;
 //! - an agent gone: its entries stay for `--node-gc-grace`, then are deleted;
 //!   `DeleteNode` deletes at once, and is refused while the agent is connected;
+//! - `meshctl --apiserver` declares, lists and deletes a shared service whose backends are the
+//!   matching endpoints, and `node delete` is refused while the agent is connected;
 //! - bad input: INVALID_ARGUMENT naming the value, counted by reason, nothing written;
 //! - a Python client (grpcio) checks health, reflection, a read RPC and malformed requests;
 //! - SIGTERM exits 0 and deletes nothing.
@@ -187,6 +189,30 @@ impl Agent {
     }
 }
 
+/// Runs meshctl (built beside this binary by the workspace build) against the apiserver at
+/// `addr`: exit code, stdout, stderr.
+fn meshctl(addr: &str, args: &[&str], more: &[&str]) -> (i32, String, String) {
+    let binary =
+        std::path::Path::new(env!("CARGO_BIN_EXE_meshwork-apiserver")).with_file_name("meshctl");
+    assert!(
+        binary.exists(),
+        "{} is missing: build the workspace (cargo build --workspace)",
+        binary.display()
+    );
+    let output = Command::new(binary)
+        .env_remove("MESHWORK_APISERVER")
+        .args(["--apiserver", addr])
+        .args(args)
+        .args(more)
+        .output()
+        .unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
 async fn key_exists(backend: &EtcdBackend, key: &str) -> bool {
     backend.get(key).await.unwrap().is_some()
 }
@@ -250,6 +276,51 @@ async fn publish_restart_gone_agents_bad_input_and_sigterm() {
     };
     let refused = client.delete_node(delete("n1")).await.unwrap_err();
     assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+
+    // meshctl declares, lists and deletes a global service; n1's app1 pods are its backends.
+    let addr = format!("127.0.0.1:{}", apiserver.grpc);
+    let out = meshctl(
+        &addr,
+        &["service", "put", "default/web", "--frontend", "10.96.0.10"],
+        &[
+            "--port",
+            "http:80",
+            "--selector",
+            "k8s:app=app1",
+            "--shared",
+        ],
+    );
+    assert_eq!(out.0, 0, "{out:?}");
+    assert_eq!(out.1, "service default/web declared (shared), 2 backends\n");
+    let (value, _) = backend
+        .get("cilium/state/services/v1/c1/default/web")
+        .await
+        .unwrap()
+        .expect("the shared service's key");
+    let value: serde_json::Value = serde_json::from_slice(&value).unwrap();
+    assert_eq!(value["backends"]["10.1.1.3"]["http"]["Port"], 80, "{value}");
+    let out = meshctl(&addr, &["service", "list", "--json"], &[]);
+    let listed: serde_json::Value = serde_json::from_str(&out.1).unwrap();
+    assert_eq!(
+        listed["services"][0]["backends"],
+        serde_json::json!(["10.1.1.1", "10.1.1.3"])
+    );
+    let out = meshctl(
+        &addr,
+        &["service", "put", "default/web", "--frontend", "nope"],
+        &["--port", "http:80", "--selector", "k8s:app=app1"],
+    );
+    assert_eq!(out.0, 3, "{out:?}");
+    assert!(
+        out.2.contains("frontend \"nope\" is not an IP address"),
+        "{out:?}"
+    );
+    let out = meshctl(&addr, &["service", "delete", "default/web"], &[]);
+    assert_eq!(out.1, "service default/web deleted\n", "{out:?}");
+    assert!(!key_exists(&backend, "cilium/state/services/v1/c1/default/web").await);
+    let out = meshctl(&addr, &["node", "delete", "n1"], &[]);
+    assert_eq!(out.0, 3, "{out:?}");
+    assert!(out.2.contains("FailedPrecondition"), "{out:?}");
 
     // n1 goes: its entries stay for the grace, then go.
     drop(n1);

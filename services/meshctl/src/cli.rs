@@ -31,6 +31,16 @@ pub struct Cli {
     )]
     pub socket: PathBuf,
 
+    /// A meshwork-apiserver's gRPC address (HOST:PORT, its --grpc-serve-addr), for
+    /// `service` and `node`.
+    #[arg(
+        long,
+        global = true,
+        value_name = "HOST:PORT",
+        env = "MESHWORK_APISERVER"
+    )]
+    pub apiserver: Option<String>,
+
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -63,6 +73,63 @@ pub enum Command {
     /// synced, or the --clustermesh-sync-timeout breaker fired); the operator once it has
     /// listed its CiliumNodes and described EC2. Both turn NOT_SERVING when they stop.
     Health(HealthArgs),
+    /// Declare, delete and list the cluster's global services (on the apiserver, with
+    /// --apiserver).
+    #[command(subcommand)]
+    Service(ServiceCommand),
+    /// Manage the nodes the apiserver publishes (with --apiserver).
+    #[command(subcommand)]
+    Node(NodeCommand),
+}
+
+/// `meshctl service …`.
+#[derive(Debug, Subcommand)]
+pub enum ServiceCommand {
+    /// Declare (create or replace) a global service; its backends are this cluster's
+    /// endpoints whose labels carry every selector label.
+    Put(ServicePutArgs),
+    /// Delete a global service.
+    Delete {
+        /// NAMESPACE/NAME.
+        service: String,
+    },
+    /// Every declared service with its backends.
+    List {
+        /// One line of JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `meshctl service put`.
+#[derive(Debug, Args)]
+pub struct ServicePutArgs {
+    /// NAMESPACE/NAME.
+    pub service: String,
+    /// A frontend IP, its cluster IP (repeat for more).
+    #[arg(long = "frontend", value_name = "IP", required = true)]
+    pub frontends: Vec<String>,
+    /// A port, NAME:PORT[/PROTOCOL] (protocol TCP, UDP or SCTP; default TCP; repeat for more).
+    #[arg(long = "port", value_name = "NAME:PORT[/PROTO]", required = true)]
+    pub ports: Vec<String>,
+    /// The labels a backend carries, source:key=value, comma-separated.
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub selector: Vec<String>,
+    /// Share it with remote clusters (Cilium's service.cilium.io/shared); only shared
+    /// services are written to etcd.
+    #[arg(long)]
+    pub shared: bool,
+}
+
+/// `meshctl node …`.
+#[derive(Debug, Subcommand)]
+pub enum NodeCommand {
+    /// Delete a node's entries at once (its agent must be gone), instead of waiting for the
+    /// apiserver's --node-gc-grace.
+    Delete {
+        /// The node's name.
+        name: String,
+    },
 }
 
 /// `meshctl health`.

@@ -6,6 +6,7 @@ mod client;
 mod datapath;
 mod encrypt;
 mod health;
+mod services;
 mod status;
 
 use std::process::ExitCode;
@@ -38,6 +39,8 @@ async fn main() -> ExitCode {
         }
         Command::Encrypt(command) => encrypt::run(&cli.socket, &command).await,
         Command::Health(args) => health::run(&cli.socket, &args).await,
+        Command::Service(command) => services::service(cli.apiserver.as_deref(), &command).await,
+        Command::Node(command) => services::node(cli.apiserver.as_deref(), &command).await,
     };
     result.unwrap_or_else(|err| {
         eprintln!("meshctl: {err:#}");
