@@ -167,6 +167,11 @@ impl EtcdBackend {
         self.client.kv_client()
     }
 
+    /// The underlying client, for what this backend does not wrap (etcd's auth API).
+    pub fn client(&self) -> Client {
+        self.client.clone()
+    }
+
     /// Reads one key: its value and modification revision.
     pub async fn get(&self, key: &str) -> Result<Option<(Vec<u8>, i64)>, KvstoreError> {
         let operation = format!("get {key}");

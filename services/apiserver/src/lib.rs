@@ -16,8 +16,10 @@
 //! - [`validate`]: the gRPC requests checked and turned into the state's specs.
 //! - [`grpc`]: `meshwork.apiserver.v1.Export`, turning sessions and calls into commands.
 //! - [`metrics`]: the `meshwork_apiserver_*` metrics.
+//! - [`etcd_init`]: Cilium's etcd users and roles for the cluster.
 
 pub mod control_keys;
+pub mod etcd_init;
 pub mod exporter;
 pub mod grpc;
 pub mod identities;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use clap::Parser;
+use clap::{Args, Parser, Subcommand};
 use meshwork_apiserver::exporter::Settings;
 use meshwork_kvstore::EtcdConfig;
 use meshwork_types::{validate_cluster_id, validate_cluster_name, validate_max_connected_clusters};
@@ -20,33 +20,31 @@ use meshwork_types::{validate_cluster_id, validate_cluster_name, validate_max_co
 /// a complete state. A restart adopts what the previous process wrote and changes nothing
 /// that is still true. SIGTERM exits 0 and deletes nothing.
 #[derive(Debug, Parser)]
-#[command(name = "meshwork-apiserver", version, about, long_about)]
+#[command(
+    name = "meshwork-apiserver",
+    version,
+    about,
+    long_about,
+    subcommand_negates_reqs = true
+)]
 pub struct Cli {
+    /// Run a subcommand instead of the apiserver.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
     /// Name of this cluster (Cilium's rules: up to 32 lower-case letters, digits and '-').
-    #[arg(long, env = "MESHWORK_CLUSTER_NAME")]
-    pub cluster_name: String,
+    #[arg(long, env = "MESHWORK_CLUSTER_NAME", required = true)]
+    pub cluster_name: Option<String>,
     /// This cluster's ID, 1..=--max-connected-clusters.
-    #[arg(long, env = "MESHWORK_CLUSTER_ID")]
-    pub cluster_id: u32,
+    #[arg(long, env = "MESHWORK_CLUSTER_ID", required = true)]
+    pub cluster_id: Option<u32>,
     /// Clusters a mesh may hold: 255 or 511 (it sizes the identity ranges).
     #[arg(long, default_value_t = 255)]
     pub max_connected_clusters: u32,
 
-    /// etcd endpoints (comma-separated URLs) of this cluster's kvstore; `https://` ones with
-    /// the TLS flags below. etcd must answer at start.
-    #[arg(long, value_delimiter = ',', required = true)]
-    pub kvstore_endpoints: Vec<String>,
-    /// CA file (PEM) that signed etcd's server certificate.
-    #[arg(long, value_name = "FILE")]
-    pub kvstore_trusted_ca_file: Option<PathBuf>,
-    /// Client certificate file (PEM) presented to etcd; with client-certificate auth its CN
-    /// is the etcd user (`meshwork-apiserver etcd-init` creates it). Requires
-    /// `--kvstore-key-file`.
-    #[arg(long, value_name = "FILE", requires = "kvstore_key_file")]
-    pub kvstore_cert_file: Option<PathBuf>,
-    /// Private key file (PEM) of `--kvstore-cert-file`.
-    #[arg(long, value_name = "FILE", requires = "kvstore_cert_file")]
-    pub kvstore_key_file: Option<PathBuf>,
+    /// This cluster's etcd.
+    #[command(flatten)]
+    pub kvstore: KvstoreArgs,
     /// TTL of the leases every key is written under; a key whose lease expires is written
     /// again.
     #[arg(long, default_value = "15m", value_parser = humantime::parse_duration)]
@@ -75,6 +73,58 @@ pub struct Cli {
     pub prometheus_serve_addr: String,
 }
 
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create Cilium's etcd users and roles for the cluster (idempotent), then enable auth.
+    ///
+    /// Users (client-certificate auth: a certificate's CN is its user): `root` and
+    /// `admin-<cluster>` (the apiserver's own, role root); `local-<cluster>` (role local: read
+    /// cilium/.heartbeat, cilium/cache/, cilium/cluster-config/, cilium/synced/); `remote`
+    /// (role remote, read-only: cilium/.heartbeat, cilium/state/, cilium/cluster-config/<cluster>,
+    /// cilium/synced/<cluster>/). Run it as root (`--kvstore-cert-file` of CN root).
+    EtcdInit {
+        /// Name of the cluster.
+        #[arg(long, env = "MESHWORK_CLUSTER_NAME")]
+        cluster_name: String,
+        /// The cluster's etcd.
+        #[command(flatten)]
+        kvstore: KvstoreArgs,
+    },
+}
+
+/// The `--kvstore-*` connection flags.
+#[derive(Debug, Args)]
+pub struct KvstoreArgs {
+    /// etcd endpoints (comma-separated URLs) of this cluster's kvstore; `https://` ones with
+    /// the TLS flags below. etcd must answer at start.
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub kvstore_endpoints: Vec<String>,
+    /// CA file (PEM) that signed etcd's server certificate.
+    #[arg(long, value_name = "FILE")]
+    pub kvstore_trusted_ca_file: Option<PathBuf>,
+    /// Client certificate file (PEM) presented to etcd; with client-certificate auth its CN
+    /// is the etcd user (`meshwork-apiserver etcd-init` creates `admin-<cluster>`). Requires
+    /// `--kvstore-key-file`.
+    #[arg(long, value_name = "FILE", requires = "kvstore_key_file")]
+    pub kvstore_cert_file: Option<PathBuf>,
+    /// Private key file (PEM) of `--kvstore-cert-file`.
+    #[arg(long, value_name = "FILE", requires = "kvstore_cert_file")]
+    pub kvstore_key_file: Option<PathBuf>,
+}
+
+impl KvstoreArgs {
+    /// The etcd connection settings.
+    pub fn etcd(&self) -> EtcdConfig {
+        EtcdConfig {
+            endpoints: self.kvstore_endpoints.clone(),
+            trusted_ca_file: self.kvstore_trusted_ca_file.clone(),
+            cert_file: self.kvstore_cert_file.clone(),
+            key_file: self.kvstore_key_file.clone(),
+        }
+    }
+}
+
 /// Where the apiserver serves.
 #[derive(Debug)]
 pub struct Addrs {
@@ -94,12 +144,15 @@ fn addr(flag: &str, text: &str) -> anyhow::Result<SocketAddr> {
 impl Cli {
     /// The loop's settings, checked against Cilium's rules.
     pub fn settings(&self) -> anyhow::Result<Settings> {
-        validate_cluster_name(&self.cluster_name)
-            .with_context(|| format!("--cluster-name {:?}", self.cluster_name))?;
+        let (Some(cluster_name), Some(cluster_id)) = (&self.cluster_name, self.cluster_id) else {
+            bail!("--cluster-name and --cluster-id are required");
+        };
+        validate_cluster_name(cluster_name)
+            .with_context(|| format!("--cluster-name {cluster_name:?}"))?;
         validate_max_connected_clusters(self.max_connected_clusters)
             .context("--max-connected-clusters")?;
-        validate_cluster_id(self.cluster_id, self.max_connected_clusters)
-            .with_context(|| format!("--cluster-id {}", self.cluster_id))?;
+        validate_cluster_id(cluster_id, self.max_connected_clusters)
+            .with_context(|| format!("--cluster-id {cluster_id}"))?;
         if self.kvstore_lease_ttl < Duration::from_secs(10) {
             bail!("--kvstore-lease-ttl must be at least 10s");
         }
@@ -109,18 +162,8 @@ impl Cli {
             initial_sync_timeout: self.initial_sync_timeout,
             node_gc_grace: self.node_gc_grace,
             identity_gc_interval: self.identity_gc_interval,
-            ..Settings::new(&self.cluster_name, self.cluster_id)
+            ..Settings::new(cluster_name, cluster_id)
         })
-    }
-
-    /// The etcd connection settings.
-    pub fn etcd(&self) -> EtcdConfig {
-        EtcdConfig {
-            endpoints: self.kvstore_endpoints.clone(),
-            trusted_ca_file: self.kvstore_trusted_ca_file.clone(),
-            cert_file: self.kvstore_cert_file.clone(),
-            key_file: self.kvstore_key_file.clone(),
-        }
     }
 
     /// The listen addresses.

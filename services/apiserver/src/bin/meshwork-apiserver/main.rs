@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser as _;
-use meshwork_apiserver::exporter::{Command, Exporter};
+use meshwork_apiserver::etcd_init;
+use meshwork_apiserver::exporter::{self, Exporter};
 use meshwork_apiserver::grpc::ExportService;
 use meshwork_apiserver::metrics::ApiserverMetrics;
 use meshwork_http::{HealthServer, MetricsServer};
@@ -19,7 +20,7 @@ use prometheus_client::registry::Registry;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
-use args::Cli;
+use args::{Cli, Command, KvstoreArgs};
 
 /// How long etcd has to answer at start.
 const ETCD_CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
@@ -38,13 +39,33 @@ fn main() -> ExitCode {
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    match runtime.block_on(run(cli)) {
+    let result = match &cli.command {
+        Some(Command::EtcdInit {
+            cluster_name,
+            kvstore,
+        }) => runtime.block_on(etcd_init(cluster_name, kvstore)),
+        None => runtime.block_on(run(cli)),
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("meshwork-apiserver: {err:#}");
             ExitCode::FAILURE
         }
     }
+}
+
+async fn etcd_init(cluster: &str, kvstore: &KvstoreArgs) -> anyhow::Result<()> {
+    meshwork_types::validate_cluster_name(cluster)
+        .with_context(|| format!("--cluster-name {cluster:?}"))?;
+    let backend = EtcdBackend::connect(&kvstore.etcd(), ETCD_CONNECT_TIMEOUT).await?;
+    let done = etcd_init::init(&mut backend.client(), cluster)
+        .await
+        .context("creating the etcd users and roles (is the client certificate's CN root?)")?;
+    for line in done {
+        println!("{line}");
+    }
+    Ok(())
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -62,14 +83,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         None => None,
     };
     // The error names the endpoints and the cause (TLS file, handshake, timeout).
-    let backend = EtcdBackend::connect(&cli.etcd(), ETCD_CONNECT_TIMEOUT).await?;
+    let backend = EtcdBackend::connect(&cli.kvstore.etcd(), ETCD_CONNECT_TIMEOUT).await?;
 
     let mut registry = Registry::with_prefix("meshwork");
     let metrics = ApiserverMetrics::register(&mut registry);
-    let (exporter, commands, ready) = Exporter::start(backend, settings, metrics.clone())
+    let (exporter_loop, commands, ready) = Exporter::start(backend, settings, metrics.clone())
         .await
         .context("adopting what is in etcd")?;
-    let exporter = tokio::spawn(exporter.run());
+    let exporter_loop = tokio::spawn(exporter_loop.run());
 
     let (standard, readiness) = StandardServices::new(&[export_server::SERVICE_NAME]).await;
     let health_ready = readiness.clone();
@@ -91,7 +112,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     if let Some(server) = metrics_server {
         servers.push(server.serve(registry, None, stop.clone()));
     }
-    tracing::info!(cluster = %cli.cluster_name, grpc = %addrs.grpc, "meshwork-apiserver running");
+    tracing::info!(cluster = ?cli.cluster_name, grpc = %addrs.grpc, "meshwork-apiserver running");
 
     tokio::select! {
         _ = terminate.recv() => tracing::info!("SIGTERM: stopping"),
@@ -104,10 +125,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         tracing::info!("publishing sessions still open; closing them");
     }
     let (stopped, done) = tokio::sync::oneshot::channel();
-    if commands.send(Command::Stop(stopped)).await.is_ok() {
+    if commands
+        .send(exporter::Command::Stop(stopped))
+        .await
+        .is_ok()
+    {
         let _ = tokio::time::timeout(STOP_GRACE, done).await;
     }
-    exporter.abort();
+    exporter_loop.abort();
     for server in servers {
         let _ = tokio::time::timeout(STOP_GRACE, server).await;
     }
