@@ -5,6 +5,10 @@
 //!   ready once the canaries are written;
 //! - the apiserver SIGKILLed and restarted, the agent republishing: a reader sees no event
 //!   but the heartbeat;
+//! - an agent restarted (a new session republishing): no event either;
+//! - its etcd wiped (Cilium's ephemeral mode) and the apiserver restarted: the canaries come
+//!   back only once every agent that reconnected within the initial-sync timeout has
+//!   republished, after all their entries;
 //! - an agent gone: its entries stay for `--node-gc-grace`, then are deleted;
 //!   `DeleteNode` deletes at once, and is refused while the agent is connected;
 //! - `meshctl --apiserver` declares, lists and deletes a shared service whose backends are the
@@ -15,179 +19,24 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use common::apiserver::{
+    Agent, DEADLINE, NODE_GC_GRACE, channel, http_get, node, start, wait_readyz,
+};
 use common::{connect, events_since};
 use meshwork_kvstore::EtcdBackend;
 use meshwork_lab::etcd::EtcdServer;
-use meshwork_lab::process::LabProcess;
-use meshwork_lab::wait::{Wait, free_port};
+use meshwork_lab::wait::Wait;
 use meshwork_proto::apiserver::v1 as pb;
 use meshwork_proto::apiserver::v1::export_client::ExportClient;
 use meshwork_proto::standard::client::{HealthStatus, health};
 use nix::sys::signal::Signal;
 use pb::publish_request::Request as Publish;
-use pb::publish_response::Response as Answer;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::Channel;
-use tonic::{Code, Streaming};
-
-const DEADLINE: Duration = Duration::from_secs(30);
-const NODE_GC_GRACE: Duration = Duration::from_secs(3);
-
-/// A running apiserver and its ports.
-struct Apiserver {
-    process: LabProcess,
-    grpc: u16,
-    health: u16,
-    metrics: u16,
-}
-
-fn start(etcd: &EtcdServer, dir: &std::path::Path, ports: Option<(u16, u16, u16)>) -> Apiserver {
-    let (grpc, health, metrics) = ports.unwrap_or_else(|| {
-        (
-            free_port().unwrap(),
-            free_port().unwrap(),
-            free_port().unwrap(),
-        )
-    });
-    let mut command = Command::new(env!("CARGO_BIN_EXE_meshwork-apiserver"));
-    command
-        .args(["--cluster-name", "c1", "--cluster-id", "1"])
-        .args(["--kvstore-endpoints", &etcd.endpoint()])
-        .args(["--initial-sync-timeout", "2s"])
-        .args(["--node-gc-grace", &format!("{}s", NODE_GC_GRACE.as_secs())])
-        .args(["--grpc-serve-addr", &format!("127.0.0.1:{grpc}")])
-        .args(["--health-serve-addr", &format!("127.0.0.1:{health}")])
-        .args(["--prometheus-serve-addr", &format!("127.0.0.1:{metrics}")]);
-    // A log of its own per start: a restart must not read the last one's "running".
-    static STARTS: AtomicUsize = AtomicUsize::new(0);
-    let log: PathBuf = dir.join(format!(
-        "apiserver-{}.log",
-        STARTS.fetch_add(1, Ordering::Relaxed)
-    ));
-    let process = LabProcess::spawn("meshwork-apiserver", command, &log).unwrap();
-    let apiserver = Apiserver {
-        process,
-        grpc,
-        health,
-        metrics,
-    };
-    let text = Wait::new("the apiserver to run")
-        .timeout(DEADLINE)
-        .every(Duration::from_millis(50))
-        .until(
-            || std::fs::read_to_string(&log).unwrap_or_default(),
-            |log| log.contains("meshwork-apiserver running") || log.contains("meshwork-apiserver:"),
-        )
-        .unwrap();
-    assert!(text.contains("meshwork-apiserver running"), "{text}");
-    apiserver
-}
-
-async fn channel(port: u16) -> Channel {
-    tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
-        .unwrap()
-        .connect()
-        .await
-        .expect("the apiserver's gRPC port")
-}
-
-async fn http_get(port: u16, path: &str) -> (u16, String) {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .unwrap();
-    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut reply = String::new();
-    stream.read_to_string(&mut reply).await.unwrap();
-    let status = reply
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    (status, reply)
-}
-
-fn node(name: &str, index: u8) -> pb::Node {
-    pb::Node {
-        name: name.to_owned(),
-        addresses: vec![pb::NodeAddress {
-            r#type: "InternalIP".to_owned(),
-            ip: format!("192.0.2.{index}"),
-        }],
-        ipv4_alloc_cidrs: vec![format!("10.1.{index}.0/24")],
-        ..pb::Node::default()
-    }
-}
-
-fn endpoint(index: u8, i: u8) -> pb::Endpoint {
-    pb::Endpoint {
-        id: u64::from(i),
-        ips: vec![format!("10.1.{index}.{i}")],
-        labels: vec![format!("k8s:app=app{}", i % 2)],
-        pod_namespace: "default".to_owned(),
-        pod_name: format!("pod-{i}"),
-        ..pb::Endpoint::default()
-    }
-}
-
-/// An agent's publishing session, open while this lives.
-struct Agent {
-    _requests: mpsc::Sender<pb::PublishRequest>,
-    _answers: Streaming<pb::PublishResponse>,
-}
-
-impl Agent {
-    /// Opens a session and publishes `name` (node `index`) with `endpoints` pods and the
-    /// end of its initial state; returns once the apiserver says it is written.
-    async fn publish(
-        port: u16,
-        name: &str,
-        index: u8,
-        endpoints: u8,
-    ) -> Result<Self, tonic::Status> {
-        let (requests, rx) = mpsc::channel(64);
-        let send = |request| pb::PublishRequest {
-            request: Some(request),
-        };
-        requests
-            .send(send(Publish::Node(node(name, index))))
-            .await
-            .unwrap();
-        let mut client = ExportClient::new(channel(port).await);
-        let mut answers = client.publish(ReceiverStream::new(rx)).await?.into_inner();
-        for i in 1..=endpoints {
-            requests
-                .send(send(Publish::Endpoint(endpoint(index, i))))
-                .await
-                .unwrap();
-            let Some(Answer::Identity(identity)) =
-                answers.message().await?.and_then(|a| a.response)
-            else {
-                panic!("no identity for endpoint {i}");
-            };
-            assert_eq!(identity.endpoint_id, u64::from(i));
-            // The first labels seen (app1) got the first ID of the range, app0 the next.
-            assert_eq!(identity.identity, 65536 + u32::from(i % 2 == 0));
-        }
-        requests
-            .send(send(Publish::InitialStateComplete(true)))
-            .await
-            .unwrap();
-        let written = answers.message().await?.and_then(|a| a.response);
-        assert_eq!(written, Some(Answer::InitialStateWritten(true)));
-        Ok(Self {
-            _requests: requests,
-            _answers: answers,
-        })
-    }
-}
+use tonic::Code;
 
 /// Runs meshctl (built beside this binary by the workspace build) against the apiserver at
 /// `addr`: exit code, stdout, stderr.
@@ -223,7 +72,7 @@ async fn publish_restart_gone_agents_bad_input_and_sigterm() {
     let etcd = EtcdServer::start().unwrap();
     let backend = connect(&etcd).await;
     let dir = tempfile::tempdir().unwrap();
-    let mut apiserver = start(&etcd, dir.path(), None);
+    let mut apiserver = start(&etcd.endpoint(), dir.path(), None);
 
     let (status, body) = http_get(apiserver.health, "/readyz").await;
     assert_eq!(status, 503, "{body}");
@@ -232,11 +81,7 @@ async fn publish_restart_gone_agents_bad_input_and_sigterm() {
         HealthStatus::NotServing
     );
     let n1 = Agent::publish(apiserver.grpc, "n1", 1, 3).await.unwrap();
-    let ready = Wait::new("/readyz 200")
-        .timeout(DEADLINE)
-        .every(Duration::from_millis(100))
-        .until_async(|| http_get(apiserver.health, "/readyz"), |(s, _)| *s == 200)
-        .await;
+    let ready = wait_readyz(apiserver.health, DEADLINE).await;
     assert!(
         ready.is_ok(),
         "{ready:?}; log:\n{}",
@@ -258,7 +103,7 @@ async fn publish_restart_gone_agents_bad_input_and_sigterm() {
         .unwrap();
     let before = backend.revision("cilium/").await.unwrap();
     let ports = (apiserver.grpc, apiserver.health, apiserver.metrics);
-    let mut apiserver = start(&etcd, dir.path(), Some(ports));
+    let mut apiserver = start(&etcd.endpoint(), dir.path(), Some(ports));
     let (status, _) = http_get(apiserver.health, "/readyz").await;
     assert_eq!(status, 200, "the canaries are there: ready at once");
     let n1 = Agent::publish(apiserver.grpc, "n1", 1, 3).await.unwrap();
@@ -268,6 +113,20 @@ async fn publish_restart_gone_agents_bad_input_and_sigterm() {
         .filter(|(k, _)| k != "cilium/.heartbeat")
         .collect();
     assert!(changed.is_empty(), "a reader saw {changed:?}");
+
+    // The agent restarts (its session ends, a new one republishes): nothing changes.
+    drop(n1);
+    let before = backend.revision("cilium/").await.unwrap();
+    let n1 = Agent::publish(apiserver.grpc, "n1", 1, 3).await.unwrap();
+    let events = events_since(&backend, before + 1).await;
+    let changed: Vec<_> = events
+        .iter()
+        .filter(|(k, _)| k != "cilium/.heartbeat")
+        .collect();
+    assert!(
+        changed.is_empty(),
+        "an agent restart showed a reader {changed:?}"
+    );
 
     // DeleteNode is refused while the agent is connected.
     let mut client = ExportClient::new(channel(apiserver.grpc).await);
@@ -429,4 +288,56 @@ async fn publish_restart_gone_agents_bad_input_and_sigterm() {
     );
     assert!(key_exists(&backend, "cilium/synced/c1/cilium/state/ip/v1").await);
     assert!(key_exists(&backend, "cilium/cluster-config/c1").await);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs real etcd: `cargo xtask test` runs it"]
+async fn a_wiped_etcd_gets_its_canaries_back_only_after_the_returning_agents_republished() {
+    let etcd = EtcdServer::start().unwrap();
+    let backend = connect(&etcd).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut apiserver = start(&etcd.endpoint(), dir.path(), None);
+    let n1 = Agent::publish(apiserver.grpc, "n1", 1, 3).await.unwrap();
+    let n2 = Agent::publish(apiserver.grpc, "n2", 2, 2).await.unwrap();
+    wait_readyz(apiserver.health, DEADLINE).await.unwrap();
+
+    // The apiserver stops, its etcd loses everything, and it starts again.
+    apiserver.process.signal(Signal::SIGTERM).unwrap();
+    Wait::new("the apiserver to exit")
+        .timeout(DEADLINE)
+        .some(|| apiserver.process.exit_status())
+        .unwrap();
+    drop((n1, n2));
+    backend.delete_prefix("cilium/").await.unwrap();
+    let wiped = backend.revision("cilium/").await.unwrap();
+    let ports = (apiserver.grpc, apiserver.health, apiserver.metrics);
+    let apiserver = start(&etcd.endpoint(), dir.path(), Some(ports));
+    let (status, _) = http_get(apiserver.health, "/readyz").await;
+    assert_eq!(status, 503, "no canaries in a wiped store");
+
+    // n1 is back at once; n2 reconnects within the window but takes its time.
+    let _n1 = Agent::publish(apiserver.grpc, "n1", 1, 3).await.unwrap();
+    let mut n2 = Agent::open(apiserver.grpc, "n2", 2).await.unwrap();
+    let early = wait_readyz(apiserver.health, Duration::from_secs(4)).await;
+    assert!(early.is_err(), "canaries before n2 republished");
+    n2.finish(2).await.unwrap();
+    wait_readyz(apiserver.health, DEADLINE).await.unwrap();
+
+    let events = events_since(&backend, wiped + 1).await;
+    let last = |key: &str| {
+        events
+            .iter()
+            .filter(|(k, _)| k == key)
+            .map(|(_, r)| *r)
+            .max()
+            .unwrap_or_else(|| panic!("no event for {key}"))
+    };
+    let canary = last("cilium/synced/c1/cilium/state/ip/v1");
+    for key in [
+        "cilium/state/ip/v1/default/10.1.1.3",
+        "cilium/state/ip/v1/default/10.1.2.2",
+        "cilium/state/nodes/v1/c1/n2",
+    ] {
+        assert!(last(key) < canary, "{key} came after the canaries");
+    }
 }

@@ -50,8 +50,8 @@ async fn connect_as(etcd: &EtcdServer, cert: &ClientCert) -> EtcdBackend {
         .unwrap()
 }
 
-fn denied<T: std::fmt::Debug>(result: Result<T, meshwork_kvstore::KvstoreError>) -> bool {
-    matches!(&result, Err(err) if err.to_string().contains("permission denied"))
+fn denied<T: std::fmt::Debug>(result: &Result<T, meshwork_kvstore::KvstoreError>) -> bool {
+    matches!(result, Err(err) if err.to_string().contains("permission denied"))
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -137,11 +137,10 @@ async fn users_and_roles_let_remote_read_only_and_the_apiserver_write() {
     );
     assert!(remote.get("cilium/state/nodes/v1/c1/n1").await.is_ok());
     assert!(remote.get("cilium/.heartbeat").await.is_ok());
-    assert!(denied(
-        remote.put("cilium/state/nodes/v1/c1/n1", "{}").await
-    ));
-    assert!(denied(remote.get("cilium/cluster-config/c2").await));
-    assert!(denied(remote.get("meshwork/ciliumnodes/v1/n1").await));
+    let write = remote.put("cilium/state/nodes/v1/c1/n1", "{}").await;
+    assert!(denied(&write), "{write:?}");
+    assert!(denied(&remote.get("cilium/cluster-config/c2").await));
+    assert!(denied(&remote.get("meshwork/ciliumnodes/v1/n1").await));
 
     // The negative control: etcd-init as a user that is not root fails, saying why.
     let as_remote = etcd_init(&etcd, &tls.client("remote"));

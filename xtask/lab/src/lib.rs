@@ -14,6 +14,7 @@ pub mod bpffs;
 pub mod cilium;
 pub mod error;
 pub mod etcd;
+pub mod etcd_cluster;
 pub mod moto;
 pub mod net;
 pub mod paths;

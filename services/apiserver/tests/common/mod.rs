@@ -3,6 +3,8 @@
 
 #![allow(dead_code, reason = "each test binary uses part of the helpers")]
 
+pub mod apiserver;
+
 use std::time::Duration;
 
 use meshwork_kvstore::{EtcdBackend, EtcdConfig, WatchEvent};
