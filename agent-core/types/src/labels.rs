@@ -58,6 +58,21 @@ impl Label {
         &self.text[self.source_len + self.key_len + 2..]
     }
 
+    /// Parses `source:key=value` with a source and a key (what a writer accepts from its
+    /// clients); the error says what is missing.
+    pub fn parse_strict(text: &str) -> Result<Self, &'static str> {
+        let Some((source, rest)) = text.split_once(':') else {
+            return Err("it has no source (source:key=value)");
+        };
+        let Some((key, _)) = rest.split_once('=') else {
+            return Err("it has no value (source:key=value)");
+        };
+        if source.is_empty() || key.is_empty() {
+            return Err("its source and key must not be empty (source:key=value)");
+        }
+        Ok(Self::parse(text))
+    }
+
     /// Parses `source:key=value` (or the short forms) like Cilium's `ParseLabel`. Never fails;
     /// text without a key yields an empty key.
     pub fn parse(text: &str) -> Self {

@@ -17,6 +17,7 @@ impl Agent for FakeAgent {
     async fn status(&self, _: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
         Ok(Response::new(StatusResponse {
             datapath: None,
+            apiserver: None,
             clustermesh: Some(ClusterMeshStatus {
                 ready: 1,
                 total: 1,

@@ -11,6 +11,7 @@ use meshwork_proto::agent::v1 as pb;
 use tonic::{Request, Response, Status};
 
 use crate::datapath::Datapath;
+use crate::publisher::Publisher;
 
 /// Serves the API from the mesh and the barrier actors.
 pub struct LocalApi {
@@ -20,6 +21,8 @@ pub struct LocalApi {
     pub barrier: Addr<SyncBarrierActor>,
     /// The BPF datapath, when enabled.
     pub datapath: Option<Datapath>,
+    /// The publishing to the apiserver, with `--apiserver-addr`.
+    pub publisher: Option<Publisher>,
 }
 
 #[tonic::async_trait]
@@ -40,6 +43,7 @@ impl pb::agent_server::Agent for LocalApi {
         Ok(Response::new(pb::StatusResponse {
             clustermesh: Some(mesh_status(&statuses)),
             datapath,
+            apiserver: self.publisher.as_ref().map(Publisher::status),
         }))
     }
 

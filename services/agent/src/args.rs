@@ -69,6 +69,21 @@ pub struct Args {
     #[arg(long, default_value = "127.0.0.1:9962", value_name = "ADDR")]
     pub prometheus_serve_addr: String,
 
+    /// This node's name, as published to the apiserver (Cilium's `K8S_NODE_NAME`; default:
+    /// the host name).
+    #[arg(long, env = "K8S_NODE_NAME", value_name = "NAME")]
+    pub node_name: Option<String>,
+
+    /// This node's IPv4 pod CIDR, published with the node (its endpoints' IPs are in it).
+    #[arg(long, value_name = "CIDR")]
+    pub ipv4_alloc_cidr: Option<String>,
+
+    /// The cluster's meshwork-apiserver (HOST:PORT): the agent publishes its node and
+    /// endpoints to it, and endpoints with labels get their identity from it. Publishing
+    /// reconnects with backoff and never blocks the datapath.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub apiserver_addr: Option<String>,
+
     /// WireGuard.
     #[command(flatten)]
     pub wireguard: crate::wireguard::WireguardArgs,
@@ -105,7 +120,31 @@ impl Args {
                 .map_err(|e| ArgsError::new("cluster-id", &e))?;
         }
         self.metrics_addr()?;
+        if let Some(name) = &self.node_name {
+            meshwork_types::validate_node_name(name)
+                .map_err(|why| ArgsError::new("node-name", &format!("{name:?}: {why}")))?;
+        }
+        if let Some(cidr) = &self.ipv4_alloc_cidr {
+            let prefix: meshwork_types::IpPrefix = cidr.parse().map_err(|_| {
+                ArgsError::new("ipv4-alloc-cidr", &format!("{cidr:?} is not a CIDR"))
+            })?;
+            if !prefix.addr().is_ipv4() {
+                return Err(ArgsError::new(
+                    "ipv4-alloc-cidr",
+                    &format!("{cidr:?} is not IPv4"),
+                ));
+            }
+        }
         Ok(())
+    }
+
+    /// This node's name: `--node-name`, else the host name.
+    pub fn node_name(&self) -> String {
+        self.node_name.clone().unwrap_or_else(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|name| name.trim().to_owned())
+                .unwrap_or_default()
+        })
     }
 }
 

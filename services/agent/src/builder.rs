@@ -37,11 +37,13 @@ use meshwork_clustermesh::mesh::{ClusterMesh, GetMeshStatus, ShutdownMesh};
 use meshwork_clustermesh::metrics::MeshMetrics;
 use meshwork_clustermesh::remote_cluster::runner::MeshSettings;
 use meshwork_clustermesh::{Consumer, SyncKind, WaitError, WaitOutcome};
+use meshwork_datapath::endpoint::EndpointStore;
 use meshwork_http::{BindError, MetricsServer, Refresh};
 use meshwork_kvstore::KvstoreMetrics;
 use meshwork_proto::agent::v1::agent_server::{self, AgentServer};
 use meshwork_proto::agent::v1::datapath_server::{self, DatapathServer};
 use meshwork_proto::agent::v1::encrypt_server::{self, EncryptServer};
+use meshwork_proto::apiserver::v1 as apiserver_pb;
 use meshwork_proto::{Readiness, StandardServices};
 use meshwork_wireguard::local_node::LocalNode;
 use prometheus_client::registry::Registry;
@@ -53,7 +55,8 @@ use crate::api::LocalApi;
 use crate::args::{Args, ArgsError};
 use crate::datapath::endpoint_manager::{self, EndpointSettings};
 use crate::datapath::writer_actor;
-use crate::datapath::{Datapath, DatapathError, OpenMaps};
+use crate::datapath::{Datapath, DatapathError, OpenMaps, published_endpoint};
+use crate::publisher::Publisher;
 use crate::wireguard::actor::{self as wireguard_actor, ArmGc, WireGuard};
 use crate::wireguard::{EncryptApi, OpenDevice, WireguardError};
 
@@ -222,6 +225,7 @@ impl Drop for SocketFile {
 pub struct Devices {
     datapath: Option<OpenMaps>,
     wireguard: Option<OpenDevice>,
+    publisher: Option<Publisher>,
 }
 
 impl Devices {
@@ -235,9 +239,14 @@ impl Devices {
         };
         let wireguard =
             crate::wireguard::open(&args.wireguard, &args.state_dir, local_node(args), registry)?;
+        let publisher = args.apiserver_addr.as_deref().map(|addr| {
+            let public_key = wireguard.as_ref().map(OpenDevice::public_key);
+            start_publisher(addr, args, public_key)
+        });
         Ok(Self {
             datapath,
             wireguard,
+            publisher,
         })
     }
 
@@ -254,11 +263,16 @@ impl Devices {
         }
         let barrier = SyncBarrierActor::new(barrier).start();
         let acks = barrier.clone().recipient();
+        let mut datapath = self.datapath.map(|maps| maps.start(acks.clone()));
+        if let Some(datapath) = &mut datapath {
+            datapath.publisher.clone_from(&self.publisher);
+        }
         Consumers {
             identities: IdentityCacheActor::new(acks.clone()).start(),
-            datapath: self.datapath.map(|maps| maps.start(acks.clone())),
+            datapath,
             wireguard: self.wireguard.map(|device| device.start(acks)),
             barrier,
+            publisher: self.publisher,
         }
     }
 }
@@ -269,6 +283,7 @@ pub struct Consumers {
     identities: Addr<IdentityCacheActor>,
     datapath: Option<Datapath>,
     wireguard: Option<Addr<WireGuard>>,
+    publisher: Option<Publisher>,
 }
 
 impl Consumers {
@@ -379,6 +394,7 @@ impl Armed {
             mesh: mesh.clone(),
             barrier: consumers.barrier.clone(),
             datapath: consumers.datapath.clone(),
+            publisher: consumers.publisher.clone(),
         };
         if let Some(listener) = listeners.api.listener.take() {
             servers.push(serve_api(
@@ -409,6 +425,7 @@ impl Armed {
             identities: consumers.identities,
             datapath: consumers.datapath,
             wireguard: consumers.wireguard,
+            publisher: consumers.publisher,
             shutdown,
             servers,
             readiness,
@@ -458,13 +475,37 @@ fn serve_api(
     })
 }
 
-/// The agent's own node: the host name, this cluster, `--node-ip`.
+/// Starts publishing this node (`--node-name`, `--node-ip`, `--ipv4-alloc-cidr`, the
+/// WireGuard key) and the persisted endpoints that carry labels to the apiserver at `addr`.
+fn start_publisher(addr: &str, args: &Args, wireguard_public_key: Option<&str>) -> Publisher {
+    let node = apiserver_pb::Node {
+        name: args.node_name(),
+        addresses: args
+            .node_ip
+            .iter()
+            .map(|ip| apiserver_pb::NodeAddress {
+                r#type: "InternalIP".to_owned(),
+                ip: ip.to_string(),
+            })
+            .collect(),
+        ipv4_alloc_cidrs: args.ipv4_alloc_cidr.iter().cloned().collect(),
+        wireguard_public_key: wireguard_public_key.unwrap_or_default().to_owned(),
+        ..apiserver_pb::Node::default()
+    };
+    // Read again by the endpoint manager later; here only what to publish.
+    let (restored, _) = EndpointStore::new(&args.state_dir).load_all();
+    let endpoints = restored
+        .iter()
+        .filter(|spec| !spec.labels.is_empty())
+        .map(published_endpoint)
+        .collect();
+    Publisher::start(addr, node, endpoints)
+}
+
+/// The agent's own node: `--node-name` (the host name), this cluster, `--node-ip`.
 fn local_node(args: &Args) -> LocalNode {
-    let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|name| name.trim().to_owned())
-        .unwrap_or_default();
     LocalNode {
-        name,
+        name: args.node_name(),
         cluster: args.cluster_name.clone(),
         cluster_id: args.cluster_id,
         node_ip: args.node_ip,
@@ -479,6 +520,7 @@ pub struct Agent {
     identities: Addr<IdentityCacheActor>,
     datapath: Option<Datapath>,
     wireguard: Option<Addr<WireGuard>>,
+    publisher: Option<Publisher>,
     shutdown: CancellationToken,
     servers: Vec<JoinHandle<()>>,
     readiness: Readiness,
@@ -537,6 +579,10 @@ impl Agent {
         // Health first, so probes see the agent leave before its API does.
         self.becoming_ready.abort();
         self.readiness.shutting_down().await;
+        if let Some(publisher) = &self.publisher {
+            // The session ends; the apiserver keeps the node's entries for its grace.
+            publisher.stop();
+        }
         if let Some(watcher) = &self.watcher {
             let _ = watcher.send(StopWatching).await;
         }

@@ -6,11 +6,13 @@
 //! - [`builder`]: start-up in phases, and the running [`Agent`].
 //! - [`datapath`]: the `DatapathWriter` and `EndpointManager` actors, the Datapath API.
 //! - [`wireguard`]: the `WireGuard` actor, the Encrypt API.
+//! - [`publisher`]: this node and its endpoints published to the cluster's apiserver.
 
 pub mod api;
 pub mod args;
 pub mod builder;
 pub mod datapath;
+pub mod publisher;
 pub mod wireguard;
 
 pub use args::Args;

@@ -51,6 +51,8 @@ fn spec(f: &Fixture, id: u64, host: bool) -> EndpointSpec {
         identity: 1000 + u32::try_from(id).unwrap(),
         allowed_identities: vec![2000],
         host,
+        labels: Vec::new(),
+        pod: None,
     }
 }
 

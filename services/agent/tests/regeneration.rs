@@ -55,6 +55,8 @@ fn restored_endpoints(lab: &LabNet, state: &Path, count: u64) -> (Netns, Vec<Net
                 identity: 1000 + u32::try_from(id).unwrap(),
                 allowed_identities: vec![2000],
                 host: false,
+                labels: Vec::new(),
+                pod: None,
             })
             .unwrap();
         pods.push(pod);

@@ -59,17 +59,12 @@ fn cidr(field: &str, text: &str, ipv6: bool) -> Result<IpPrefix, Invalid> {
 
 /// A label `source:key=value`, with a source and a key.
 pub fn label(field: &str, text: &str) -> Result<Label, Invalid> {
-    let well_formed = text
-        .split_once(':')
-        .and_then(|(source, rest)| Some((source, rest.split_once('=')?.0)))
-        .is_some_and(|(source, key)| !source.is_empty() && !key.is_empty());
-    if !well_formed {
-        return Err(invalid(
+    Label::parse_strict(text).map_err(|_| {
+        invalid(
             "invalid_label",
             format!("{field} {text:?} is not of the form source:key=value"),
-        ));
-    }
-    Ok(Label::parse(text))
+        )
+    })
 }
 
 fn protocol(field: &str, text: &str) -> Result<L4Type, Invalid> {

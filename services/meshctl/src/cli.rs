@@ -200,9 +200,17 @@ pub struct EndpointAddArgs {
     /// An IP of the endpoint (repeat for more).
     #[arg(long, required = true)]
     pub ip: Vec<String>,
-    /// The endpoint's security identity.
-    #[arg(long)]
+    /// The endpoint's security identity; without it, `--labels` get one from the cluster's
+    /// apiserver (the agent runs with --apiserver-addr).
+    #[arg(long, default_value_t = 0, required_unless_present = "labels")]
     pub identity: u32,
+    /// The endpoint's security labels, source:key=value, comma-separated (e.g.
+    /// k8s:app=web); published to the apiserver with the endpoint.
+    #[arg(long, value_delimiter = ',')]
+    pub labels: Vec<String>,
+    /// The pod it is, NAMESPACE/NAME.
+    #[arg(long, value_name = "NAMESPACE/NAME")]
+    pub pod: Option<String>,
     /// A destination identity it may reach (repeat for more); all else is dropped.
     #[arg(long)]
     pub allow: Vec<u32>,

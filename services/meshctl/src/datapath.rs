@@ -139,6 +139,19 @@ pub async fn endpoint_add(agent: &Agent, args: &EndpointAddArgs) -> anyhow::Resu
         identity: args.identity,
         allowed_identities: args.allow.clone(),
         host: args.host,
+        labels: args.labels.clone(),
+        pod_namespace: args
+            .pod
+            .as_deref()
+            .and_then(|p| p.split_once('/'))
+            .map(|(ns, _)| ns.to_owned())
+            .unwrap_or_default(),
+        pod_name: args
+            .pod
+            .as_deref()
+            .and_then(|p| p.split_once('/'))
+            .map(|(_, n)| n.to_owned())
+            .unwrap_or_default(),
     };
     client(agent)
         .await?

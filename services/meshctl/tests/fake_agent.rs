@@ -58,6 +58,7 @@ impl Agent for FakeAgent {
         let b_ready = call >= self.ready_from;
         Ok(Response::new(StatusResponse {
             datapath: None,
+            apiserver: None,
             clustermesh: Some(ClusterMeshStatus {
                 ready: 1 + u32::from(b_ready),
                 total: 2,

@@ -243,6 +243,8 @@ async fn regeneration(
         identity: 1000,
         allowed_identities: vec![clusters[0].identity(0)],
         host: false,
+        labels: Vec::new(),
+        pod: None,
     })?;
     let config = write_mesh_config(dir.path(), servers, clusters)?;
     let options = AgentOptions::new(agent, "bench-local", 200, &state)

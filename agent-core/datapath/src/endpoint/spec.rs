@@ -27,6 +27,13 @@ pub struct EndpointSpec {
     /// The host endpoint (regenerated first and synchronously with IPsec).
     #[serde(default)]
     pub host: bool,
+    /// Its security labels (`source:key=value`), published to the apiserver, which
+    /// allocates `identity` for them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub labels: Vec<String>,
+    /// The pod it is, `namespace/name`; absent for an endpoint that is no pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
 }
 
 /// Why a spec is refused.
@@ -81,5 +88,7 @@ pub(crate) fn test_spec(id: u64) -> EndpointSpec {
         identity: 1000,
         allowed_identities: vec![2000],
         host: false,
+        labels: Vec::new(),
+        pod: None,
     }
 }

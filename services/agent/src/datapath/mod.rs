@@ -6,7 +6,7 @@ pub mod endpoint_manager;
 pub mod writer_actor;
 
 use std::net::IpAddr;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use actix::{Actor, Addr, Recipient};
 use meshwork_clustermesh::barrier_actor::{BarrierUpdate, GetMeshWait};
@@ -16,6 +16,7 @@ use meshwork_datapath::maps::{MapsError, PinDir};
 use meshwork_datapath::remote_maps::{self, RemoteMaps};
 use meshwork_datapath::writer::{MapWriter, WriterReport};
 use meshwork_proto::agent::v1 as pb;
+use meshwork_proto::apiserver::v1 as apiserver_pb;
 use tokio::sync::watch;
 use tonic::{Request, Response, Status};
 
@@ -24,6 +25,10 @@ use self::endpoint_manager::{
 };
 use self::writer_actor::{DatapathWriter, PruneWhenSynced};
 use crate::builder::KnownClusters;
+use crate::publisher::{IdentityError, Publisher};
+
+/// How long `PutEndpoint` waits for the apiserver to allocate an identity.
+const IDENTITY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why the datapath could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -81,6 +86,7 @@ impl OpenMaps {
             writer,
             report,
             endpoints: None,
+            publisher: None,
         }
     }
 }
@@ -95,6 +101,9 @@ pub struct Datapath {
     report: watch::Receiver<WriterReport>,
     /// The endpoints, once started.
     pub endpoints: Option<Addr<EndpointManager>>,
+    /// Where endpoints with labels are published (and get their identity), with
+    /// `--apiserver-addr`.
+    pub publisher: Option<Publisher>,
 }
 
 impl Datapath {
@@ -182,6 +191,42 @@ impl Datapath {
         }
     }
 
+    /// An endpoint with labels is published; identity 0 gets the apiserver's identity for
+    /// its labels. Returns what is to be published once the endpoint is in place.
+    async fn publish(
+        &self,
+        spec: &mut EndpointSpec,
+    ) -> Result<Option<apiserver_pb::Endpoint>, Status> {
+        if spec.labels.is_empty() {
+            return Ok(None);
+        }
+        for label in &spec.labels {
+            meshwork_types::Label::parse_strict(label).map_err(|why| {
+                Status::invalid_argument(format!("endpoint {}: label {label:?}: {why}", spec.id))
+            })?;
+        }
+        let Some(publisher) = &self.publisher else {
+            if spec.identity == 0 {
+                return Err(Status::unavailable(format!(
+                    "endpoint {}: identity 0 is to come from the apiserver, and the agent has no --apiserver-addr",
+                    spec.id
+                )));
+            }
+            return Ok(None);
+        };
+        let endpoint = published_endpoint(spec);
+        if spec.identity == 0 {
+            spec.identity = publisher
+                .identity(endpoint.clone(), IDENTITY_TIMEOUT)
+                .await
+                .map_err(|err| match err {
+                    IdentityError::Refused { .. } => Status::invalid_argument(err.to_string()),
+                    IdentityError::NoAnswer { .. } => Status::unavailable(err.to_string()),
+                })?;
+        }
+        Ok(Some(endpoint))
+    }
+
     fn manager(&self) -> Result<&Addr<EndpointManager>, Status> {
         self.endpoints
             .as_ref()
@@ -213,7 +258,8 @@ impl pb::datapath_server::Datapath for Datapath {
             .into_inner()
             .endpoint
             .ok_or_else(|| Status::invalid_argument("missing endpoint"))?;
-        let spec = spec_from_proto(endpoint).map_err(Status::invalid_argument)?;
+        let mut spec = spec_from_proto(endpoint).map_err(Status::invalid_argument)?;
+        let published = self.publish(&mut spec).await?;
         spec.validate()
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
         self.manager()?
@@ -221,6 +267,9 @@ impl pb::datapath_server::Datapath for Datapath {
             .await
             .map_err(|_| Status::unavailable("the agent is shutting down"))?
             .map_err(|e| endpoint_status_error(&e))?;
+        if let (Some(publisher), Some(endpoint)) = (&self.publisher, published) {
+            publisher.put(endpoint);
+        }
         Ok(Response::new(pb::PutEndpointResponse {}))
     }
 
@@ -229,6 +278,9 @@ impl pb::datapath_server::Datapath for Datapath {
         request: Request<pb::DeleteEndpointRequest>,
     ) -> Result<Response<pb::DeleteEndpointResponse>, Status> {
         let id = request.into_inner().id;
+        if let Some(publisher) = &self.publisher {
+            publisher.remove(id);
+        }
         let existed = self
             .manager()?
             .send(DeleteEndpoint(id))
@@ -248,6 +300,24 @@ fn endpoint_status_error(err: &EndpointError) -> Status {
     }
 }
 
+/// What the apiserver gets of an endpoint.
+pub fn published_endpoint(spec: &EndpointSpec) -> apiserver_pb::Endpoint {
+    let (pod_namespace, pod_name) = spec
+        .pod
+        .as_deref()
+        .and_then(|pod| pod.split_once('/'))
+        .map(|(ns, name)| (ns.to_owned(), name.to_owned()))
+        .unwrap_or_default();
+    apiserver_pb::Endpoint {
+        id: spec.id,
+        ips: spec.ips.iter().map(ToString::to_string).collect(),
+        labels: spec.labels.clone(),
+        named_ports: Vec::new(),
+        pod_namespace,
+        pod_name,
+    }
+}
+
 fn spec_from_proto(e: pb::Endpoint) -> Result<EndpointSpec, String> {
     let ips = e
         .ips
@@ -262,6 +332,17 @@ fn spec_from_proto(e: pb::Endpoint) -> Result<EndpointSpec, String> {
         identity: e.identity,
         allowed_identities: e.allowed_identities,
         host: e.host,
+        labels: e.labels,
+        pod: match (e.pod_namespace.is_empty(), e.pod_name.is_empty()) {
+            (_, true) => None,
+            (false, false) => Some(format!("{}/{}", e.pod_namespace, e.pod_name)),
+            (true, false) => {
+                return Err(format!(
+                    "endpoint {}: pod {:?} has no namespace",
+                    e.id, e.pod_name
+                ));
+            }
+        },
     })
 }
 
@@ -280,6 +361,19 @@ fn endpoint_status(s: &EndpointStatus) -> pb::EndpointStatus {
             identity: spec.identity,
             allowed_identities: spec.allowed_identities.clone(),
             host: spec.host,
+            labels: spec.labels.clone(),
+            pod_namespace: spec
+                .pod
+                .as_deref()
+                .and_then(|p| p.split_once('/'))
+                .map(|(ns, _)| ns.to_owned())
+                .unwrap_or_default(),
+            pod_name: spec
+                .pod
+                .as_deref()
+                .and_then(|p| p.split_once('/'))
+                .map(|(_, n)| n.to_owned())
+                .unwrap_or_default(),
         }),
         state: s.state.label().to_owned(),
         generation: s.generation,

@@ -74,6 +74,7 @@ pub enum WireguardError {
 
 /// The device, opened (up, key and port set, peers read), not yet driven by an actor.
 pub struct OpenDevice {
+    public_key: String,
     device: Device,
     restored: DeviceState,
     encrypt_node: bool,
@@ -115,6 +116,7 @@ pub fn open(
         })?;
     tracing::info!(device, public_key = %public_key, "WireGuard enabled");
     Ok(Some(OpenDevice {
+        public_key: public_key.to_string(),
         device: opened,
         restored,
         encrypt_node: args.encrypt_node,
@@ -124,6 +126,11 @@ pub fn open(
 }
 
 impl OpenDevice {
+    /// The node's public key, base64 (what it publishes as `WireguardPubKey`).
+    pub fn public_key(&self) -> &str {
+        &self.public_key
+    }
+
     /// Starts the actor driving the device, on its own arbiter, acknowledging to `barrier`.
     pub fn start(self, barrier: Recipient<BarrierUpdate>) -> Addr<WireGuard> {
         WireGuard::new(

@@ -30,6 +30,9 @@ pub async fn run(socket: &Path, args: &StatusArgs) -> anyhow::Result<ExitCode> {
         if let (false, Some(datapath)) = (args.json, &status.datapath) {
             print_text(&crate::datapath::render_status(datapath))?;
         }
+        if let (false, Some(apiserver)) = (args.json, &status.apiserver) {
+            print_text(&render_apiserver(apiserver))?;
+        }
         return Ok(ExitCode::SUCCESS);
     }
     match wait::wait(&mut agent, args.timeout).await {
@@ -56,6 +59,23 @@ fn print(view: &StatusView, json: bool) -> io::Result<()> {
         render::render(&view.clustermesh, SystemTime::now())
     };
     print_text(&text)
+}
+
+/// The agent's publishing to its apiserver, one line (and the last error, if any).
+fn render_apiserver(a: &meshwork_proto::agent::v1::ApiserverStatus) -> String {
+    let state = match (a.connected, a.initial_state_written) {
+        (true, true) => "connected, initial state written",
+        (true, false) => "connected, publishing its initial state",
+        (false, _) => "not connected",
+    };
+    let mut out = format!(
+        "Apiserver:     {} ({state}; {} endpoints published, {} sessions)\n",
+        a.address, a.endpoints, a.sessions
+    );
+    if let Some(error) = &a.last_error {
+        out.push_str(&format!("  last error: {error}\n"));
+    }
+    out
 }
 
 /// Writes `text` to stdout.

@@ -272,6 +272,7 @@ fn endpoint(
         identity,
         allowed_identities: vec![allow],
         host: false,
+        ..pb::Endpoint::default()
     }
 }
 
