@@ -84,6 +84,17 @@ pub struct Args {
     #[arg(long, value_name = "HOST:PORT")]
     pub apiserver_addr: Option<String>,
 
+    /// CA (PEM) that signed the apiserver's certificate: publish over TLS.
+    #[arg(long, value_name = "FILE", requires = "apiserver_addr")]
+    pub apiserver_ca_file: Option<PathBuf>,
+    /// Client certificate (PEM) for mTLS; its CN must be this node's name. Requires
+    /// `--apiserver-key-file` and `--apiserver-ca-file`.
+    #[arg(long, value_name = "FILE", requires_all = ["apiserver_key_file", "apiserver_ca_file"])]
+    pub apiserver_cert_file: Option<PathBuf>,
+    /// Private key (PEM) of `--apiserver-cert-file`.
+    #[arg(long, value_name = "FILE", requires = "apiserver_cert_file")]
+    pub apiserver_key_file: Option<PathBuf>,
+
     /// WireGuard.
     #[command(flatten)]
     pub wireguard: crate::wireguard::WireguardArgs,
@@ -120,6 +131,7 @@ impl Args {
                 .map_err(|e| ArgsError::new("cluster-id", &e))?;
         }
         self.metrics_addr()?;
+        self.apiserver_tls()?;
         if let Some(name) = &self.node_name {
             meshwork_types::validate_node_name(name)
                 .map_err(|why| ArgsError::new("node-name", &format!("{name:?}: {why}")))?;
@@ -136,6 +148,27 @@ impl Args {
             }
         }
         Ok(())
+    }
+
+    /// The TLS to the apiserver, read from the `--apiserver-*-file` flags; `None` without
+    /// `--apiserver-ca-file`.
+    pub fn apiserver_tls(&self) -> Result<Option<tonic::transport::ClientTlsConfig>, ArgsError> {
+        let Some(ca) = &self.apiserver_ca_file else {
+            return Ok(None);
+        };
+        let read = |flag: &'static str, path: &PathBuf| {
+            std::fs::read(path)
+                .map_err(|e| ArgsError::new(flag, &format!("{}: {e}", path.display())))
+        };
+        let ca = tonic::transport::Certificate::from_pem(read("apiserver-ca-file", ca)?);
+        let mut config = tonic::transport::ClientTlsConfig::new().ca_certificate(ca);
+        if let (Some(cert), Some(key)) = (&self.apiserver_cert_file, &self.apiserver_key_file) {
+            config = config.identity(tonic::transport::Identity::from_pem(
+                read("apiserver-cert-file", cert)?,
+                read("apiserver-key-file", key)?,
+            ));
+        }
+        Ok(Some(config))
     }
 
     /// This node's name: `--node-name`, else the host name.

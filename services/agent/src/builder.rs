@@ -239,10 +239,14 @@ impl Devices {
         };
         let wireguard =
             crate::wireguard::open(&args.wireguard, &args.state_dir, local_node(args), registry)?;
-        let publisher = args.apiserver_addr.as_deref().map(|addr| {
-            let public_key = wireguard.as_ref().map(OpenDevice::public_key);
-            start_publisher(addr, args, public_key)
-        });
+        let publisher = match args.apiserver_addr.as_deref() {
+            Some(addr) => {
+                let tls = args.apiserver_tls()?;
+                let public_key = wireguard.as_ref().map(OpenDevice::public_key);
+                Some(start_publisher(addr, tls, args, public_key))
+            }
+            None => None,
+        };
         Ok(Self {
             datapath,
             wireguard,
@@ -477,7 +481,12 @@ fn serve_api(
 
 /// Starts publishing this node (`--node-name`, `--node-ip`, `--ipv4-alloc-cidr`, the
 /// WireGuard key) and the persisted endpoints that carry labels to the apiserver at `addr`.
-fn start_publisher(addr: &str, args: &Args, wireguard_public_key: Option<&str>) -> Publisher {
+fn start_publisher(
+    addr: &str,
+    tls: Option<tonic::transport::ClientTlsConfig>,
+    args: &Args,
+    wireguard_public_key: Option<&str>,
+) -> Publisher {
     let node = apiserver_pb::Node {
         name: args.node_name(),
         addresses: args
@@ -499,7 +508,7 @@ fn start_publisher(addr: &str, args: &Args, wireguard_public_key: Option<&str>) 
         .filter(|spec| !spec.labels.is_empty())
         .map(published_endpoint)
         .collect();
-    Publisher::start(addr, node, endpoints)
+    Publisher::start(addr, tls, node, endpoints)
 }
 
 /// The agent's own node: `--node-name` (the host name), this cluster, `--node-ip`.

@@ -25,7 +25,7 @@ use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
-use tonic::transport::Endpoint;
+use tonic::transport::{ClientTlsConfig, Endpoint};
 
 /// How long a connect may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -69,6 +69,7 @@ struct Desired {
 
 struct Shared {
     addr: String,
+    tls: Option<ClientTlsConfig>,
     node: pb::Node,
     desired: Mutex<Desired>,
     changed: Notify,
@@ -92,14 +93,20 @@ pub struct Publisher {
 
 impl Publisher {
     /// Starts publishing `node` and `endpoints` (the restored ones) to the apiserver at
-    /// `addr`.
-    pub fn start(addr: &str, node: pb::Node, endpoints: Vec<pb::Endpoint>) -> Self {
+    /// `addr`, over `tls` when given.
+    pub fn start(
+        addr: &str,
+        tls: Option<ClientTlsConfig>,
+        node: pb::Node,
+        endpoints: Vec<pb::Endpoint>,
+    ) -> Self {
         let status = ApiserverStatus {
             address: addr.to_owned(),
             ..ApiserverStatus::default()
         };
         let shared = Arc::new(Shared {
             addr: addr.to_owned(),
+            tls,
             node,
             desired: Mutex::new(Desired::default()),
             changed: Notify::new(),
@@ -217,12 +224,25 @@ async fn run(shared: Arc<Shared>) {
 
 /// One session, until it fails.
 async fn session(shared: &Shared) -> Status {
-    let channel = match Endpoint::from_shared(format!("http://{}", shared.addr)) {
-        Ok(endpoint) => endpoint.connect_timeout(CONNECT_TIMEOUT).connect().await,
+    let scheme = if shared.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    let endpoint = match Endpoint::from_shared(format!("{scheme}://{}", shared.addr)) {
+        Ok(endpoint) => endpoint.connect_timeout(CONNECT_TIMEOUT),
         Err(err) => {
             return Status::invalid_argument(format!("--apiserver-addr {:?}: {err}", shared.addr));
         }
     };
+    let endpoint = match &shared.tls {
+        Some(tls) => match endpoint.tls_config(tls.clone()) {
+            Ok(endpoint) => endpoint,
+            Err(err) => return Status::invalid_argument(format!("the apiserver's TLS: {err}")),
+        },
+        None => endpoint,
+    };
+    let channel = endpoint.connect().await;
     let channel = match channel {
         Ok(channel) => channel,
         Err(err) => return Status::unavailable(format!("connecting to {}: {err}", shared.addr)),

@@ -36,6 +36,15 @@ const SENTINEL: &str = "cilium/zz-sentinel";
 /// The apiserver's library serving `Export` on `addr` (port 0: a free one), on a runtime
 /// of its own: shutting that down ends every connection, as the apiserver's death would.
 fn apiserver(etcd: &EtcdServer, addr: SocketAddr) -> (SocketAddr, tokio::runtime::Runtime) {
+    apiserver_with_tls(etcd, addr, None)
+}
+
+/// [`apiserver`] over `tls`, where a session publishes only its certificate's CN.
+fn apiserver_with_tls(
+    etcd: &EtcdServer,
+    addr: SocketAddr,
+    tls: Option<tonic::transport::ServerTlsConfig>,
+) -> (SocketAddr, tokio::runtime::Runtime) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -62,8 +71,14 @@ fn apiserver(etcd: &EtcdServer, addr: SocketAddr) -> (SocketAddr, tokio::runtime
             .await
             .unwrap();
         tokio::spawn(exporter.run());
-        let _ = tonic::transport::Server::builder()
-            .add_service(ExportService::new(commands, metrics).into_server())
+        let mut service = ExportService::new(commands, metrics);
+        let mut server = tonic::transport::Server::builder();
+        if let Some(tls) = tls {
+            service = service.node_is_cn();
+            server = server.tls_config(tls).unwrap();
+        }
+        let _ = server
+            .add_service(service.into_server())
             .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
             .await;
     });
@@ -87,6 +102,20 @@ async fn put_endpoint(socket: &Path, endpoint: pb::Endpoint) -> Result<(), tonic
         })
         .await
         .map(drop)
+}
+
+/// Waits until the agent at `socket` says its initial state is written (`what` names it).
+async fn wait_published(socket: &Path, what: &str) -> pb::StatusResponse {
+    eventually_async(
+        what,
+        || agent_status(socket),
+        |s| {
+            s.apiserver
+                .as_ref()
+                .is_some_and(|a| a.connected && a.initial_state_written)
+        },
+    )
+    .await
 }
 
 /// Every key a reader of `cilium/` sees change from `revision` on, but the heartbeat.
@@ -194,16 +223,7 @@ async fn the_agent_publishes_to_the_apiserver_and_a_restart_changes_nothing() {
             .unwrap()
             .is_some()
     );
-    let status = eventually_async(
-        "the agent to report its initial state written",
-        || agent_status(&socket),
-        |s| {
-            s.apiserver
-                .as_ref()
-                .is_some_and(|a| a.connected && a.initial_state_written)
-        },
-    )
-    .await;
+    let status = wait_published(&socket, "the agent to report its initial state written").await;
     assert_eq!(status.apiserver.unwrap().endpoints, 1);
 
     // A bad label is refused by the agent itself: nothing is published.
@@ -282,4 +302,72 @@ async fn the_agent_publishes_to_the_apiserver_and_a_restart_changes_nothing() {
     .await;
     agent.stop(Duration::from_secs(5));
     server.shutdown_background();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs real etcd and openssl: `cargo xtask test` runs it"]
+async fn over_mtls_the_agent_publishes_only_as_its_certificates_cn() {
+    use meshwork_lab::etcd::EtcdTls;
+    use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+
+    let etcd = EtcdServer::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let tls = EtcdTls::create(&dir.path().join("tls")).unwrap();
+    let server = tls.server();
+    let read = |path: &Path| std::fs::read(path).unwrap();
+    let config = ServerTlsConfig::new()
+        .identity(Identity::from_pem(
+            read(&server.cert_file),
+            read(&server.key_file),
+        ))
+        .client_ca_root(Certificate::from_pem(read(&tls.ca_file)));
+    let (addr, apiserver) = tokio::task::block_in_place(|| {
+        apiserver_with_tls(&etcd, "127.0.0.1:0".parse().unwrap(), Some(config))
+    });
+    let n1 = tls.issue_client("n1").unwrap();
+    let start = |node: &str| {
+        let options = AgentOptions::new(
+            Path::new(env!("CARGO_BIN_EXE_meshwork-agent")),
+            "c1",
+            1,
+            &dir.path().join(node),
+        )
+        .flags([
+            "--apiserver-addr".to_owned(),
+            addr.to_string(),
+            "--apiserver-ca-file".to_owned(),
+            tls.ca_file.display().to_string(),
+            "--apiserver-cert-file".to_owned(),
+            n1.cert_file.display().to_string(),
+            "--apiserver-key-file".to_owned(),
+            n1.key_file.display().to_string(),
+            "--node-name".to_owned(),
+            node.to_owned(),
+        ]);
+        AgentProcess::start(&options).unwrap()
+    };
+    let mut as_itself = start("n1");
+    let socket = as_itself.socket().to_owned();
+    wait_published(&socket, "n1 to publish over mTLS").await;
+    // The negative control: n1's certificate cannot publish n2.
+    let mut as_another = start("n2");
+    let socket = as_another.socket().to_owned();
+    let status = eventually_async(
+        "n2 to be refused",
+        || agent_status(&socket),
+        |s| s.apiserver.as_ref().is_some_and(|a| a.last_error.is_some()),
+    )
+    .await;
+    let apiserver_status = status.apiserver.unwrap();
+    assert!(!apiserver_status.connected);
+    assert!(
+        apiserver_status
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("may not publish node \"n2\"")),
+        "{apiserver_status:?}"
+    );
+    as_itself.stop(Duration::from_secs(5));
+    as_another.stop(Duration::from_secs(5));
+    apiserver.shutdown_background();
 }

@@ -27,6 +27,8 @@ pub struct ExportService {
     commands: mpsc::Sender<Command>,
     metrics: ApiserverMetrics,
     sessions: Arc<AtomicU64>,
+    /// Clients present certificates (mTLS): a session publishes only the node its CN names.
+    node_is_cn: bool,
 }
 
 impl ExportService {
@@ -36,6 +38,35 @@ impl ExportService {
             commands,
             metrics,
             sessions: Arc::new(AtomicU64::new(0)),
+            node_is_cn: false,
+        }
+    }
+
+    /// With mTLS: a session may publish only the node its client certificate's CN names.
+    pub fn node_is_cn(mut self) -> Self {
+        self.node_is_cn = true;
+        self
+    }
+
+    fn check_cn(
+        &self,
+        certificates: Option<&[tonic::transport::CertificateDer<'static>]>,
+        node: &str,
+    ) -> Result<(), Status> {
+        if !self.node_is_cn {
+            return Ok(());
+        }
+        let cn = certificates
+            .and_then(|certs| certs.first())
+            .and_then(|der| common_name(der.as_ref()));
+        match cn {
+            Some(cn) if cn == node => Ok(()),
+            other => {
+                self.metrics.refuse("cn_mismatch");
+                Err(Status::permission_denied(format!(
+                    "a client whose certificate's CN is {other:?} may not publish node {node:?}"
+                )))
+            }
         }
     }
 
@@ -135,6 +166,13 @@ impl ExportService {
     }
 }
 
+/// The subject's common name of a DER certificate.
+fn common_name(der: &[u8]) -> Option<String> {
+    let (_, certificate) = x509_parser::parse_x509_certificate(der).ok()?;
+    let cn = certificate.subject().iter_common_name().next()?;
+    cn.as_str().ok().map(str::to_owned)
+}
+
 fn shutting_down() -> Status {
     Status::unavailable("the apiserver is shutting down")
 }
@@ -209,6 +247,7 @@ impl pb::export_server::Export for ExportService {
         &self,
         request: Request<Streaming<pb::PublishRequest>>,
     ) -> Result<Response<Self::PublishStream>, Status> {
+        let certificates = request.peer_certs();
         let mut inbound = request.into_inner();
         let first = inbound.message().await?.ok_or_else(|| {
             self.metrics.refuse("no_node");
@@ -221,6 +260,7 @@ impl pb::export_server::Export for ExportService {
             ));
         };
         let spec = validate::node(&node).map_err(|e| self.invalid(&e))?;
+        self.check_cn(certificates.as_deref().map(Vec::as_slice), &spec.name)?;
         let session = Session {
             node: spec.name.clone(),
             id: self.sessions.fetch_add(1, Ordering::Relaxed) + 1,

@@ -341,3 +341,57 @@ async fn a_wiped_etcd_gets_its_canaries_back_only_after_the_returning_agents_rep
         assert!(last(key) < canary, "{key} came after the canaries");
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs real etcd and openssl: `cargo xtask test` runs it"]
+async fn with_mtls_a_node_publishes_only_as_its_certificates_cn() {
+    use meshwork_lab::etcd::EtcdTls;
+    use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
+
+    let etcd = EtcdServer::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let tls = EtcdTls::create(&dir.path().join("tls")).unwrap();
+    let server = tls.server();
+    let flags = [
+        "--grpc-cert-file".to_owned(),
+        server.cert_file.display().to_string(),
+        "--grpc-key-file".to_owned(),
+        server.key_file.display().to_string(),
+        "--grpc-ca-file".to_owned(),
+        tls.ca_file.display().to_string(),
+    ];
+    let apiserver = common::apiserver::start_with(&etcd.endpoint(), dir.path(), None, &flags);
+    let ca = Certificate::from_pem(std::fs::read(&tls.ca_file).unwrap());
+    let connect = |client: Option<&meshwork_lab::etcd::ClientCert>| {
+        let mut config = ClientTlsConfig::new().ca_certificate(ca.clone());
+        if let Some(cert) = client {
+            config = config.identity(Identity::from_pem(
+                std::fs::read(&cert.cert_file).unwrap(),
+                std::fs::read(&cert.key_file).unwrap(),
+            ));
+        }
+        Endpoint::from_shared(format!("https://127.0.0.1:{}", apiserver.grpc))
+            .unwrap()
+            .tls_config(config)
+            .unwrap()
+            .connect_lazy()
+    };
+    let n1 = tls.issue_client("n1").unwrap();
+    let mut agent = Agent::open_on(connect(Some(&n1)), "n1", 1).await.unwrap();
+    agent.finish(1).await.unwrap();
+    let Err(refused) = Agent::open_on(connect(Some(&n1)), "n2", 2).await else {
+        panic!("n1's certificate published n2");
+    };
+    assert_eq!(refused.code(), Code::PermissionDenied, "{refused:?}");
+    assert!(
+        refused.message().contains("CN is Some(\"n1\")"),
+        "{refused:?}"
+    );
+    // Without a client certificate the handshake fails.
+    assert!(Agent::open_on(connect(None), "n3", 3).await.is_err());
+    let (_, metrics) = http_get(apiserver.metrics, "/metrics").await;
+    assert!(
+        metrics.contains("meshwork_apiserver_refused_requests_total{reason=\"cn_mismatch\"} 1"),
+        "{metrics}"
+    );
+}

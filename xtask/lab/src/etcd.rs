@@ -331,7 +331,9 @@ impl EtcdServer {
 }
 
 impl EtcdTls {
-    fn create(dir: &Path) -> Result<Self> {
+    /// A new CA in `dir`, with a server certificate for 127.0.0.1 and localhost
+    /// ([`EtcdTls::server`]) and root's client certificate: TLS material for any lab server.
+    pub fn create(dir: &Path) -> Result<Self> {
         paths::find_program("openssl")?;
         std::fs::create_dir_all(dir).map_err(LabError::io("creating the TLS dir"))?;
         let tls = Self {
@@ -367,6 +369,14 @@ impl EtcdTls {
         // The lab's own etcdctl calls (health checks, user setup) authenticate as root.
         tls.issue_client(ROOT_USER)?;
         Ok(tls)
+    }
+
+    /// The server certificate (SAN 127.0.0.1 and localhost) and its key.
+    pub fn server(&self) -> ClientCert {
+        ClientCert {
+            cert_file: self.dir.join("server.crt"),
+            key_file: self.dir.join("server.key"),
+        }
     }
 
     /// The client certificate issued for `user` (see [`EtcdServer::add_user`]).

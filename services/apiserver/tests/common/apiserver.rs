@@ -33,6 +33,16 @@ pub struct Apiserver {
 }
 
 pub fn start(etcd: &str, dir: &std::path::Path, ports: Option<(u16, u16, u16)>) -> Apiserver {
+    start_with(etcd, dir, ports, &[])
+}
+
+/// [`start`] with `extra` flags.
+pub fn start_with(
+    etcd: &str,
+    dir: &std::path::Path,
+    ports: Option<(u16, u16, u16)>,
+    extra: &[String],
+) -> Apiserver {
     let (grpc, health, metrics) = ports.unwrap_or_else(|| {
         (
             free_port().unwrap(),
@@ -48,7 +58,8 @@ pub fn start(etcd: &str, dir: &std::path::Path, ports: Option<(u16, u16, u16)>) 
         .args(["--node-gc-grace", &format!("{}s", NODE_GC_GRACE.as_secs())])
         .args(["--grpc-serve-addr", &format!("127.0.0.1:{grpc}")])
         .args(["--health-serve-addr", &format!("127.0.0.1:{health}")])
-        .args(["--prometheus-serve-addr", &format!("127.0.0.1:{metrics}")]);
+        .args(["--prometheus-serve-addr", &format!("127.0.0.1:{metrics}")])
+        .args(extra);
     // A log of its own per start: a restart must not read the last one's "running".
     static STARTS: AtomicUsize = AtomicUsize::new(0);
     let log: PathBuf = dir.join(format!(
@@ -149,12 +160,17 @@ pub fn send(request: Publish) -> pb::PublishRequest {
 impl Agent {
     /// Opens a session that has published node `name` (node `index`) and nothing else.
     pub async fn open(port: u16, name: &str, index: u8) -> Result<Self, tonic::Status> {
+        Self::open_on(channel(port).await, name, index).await
+    }
+
+    /// [`Self::open`] on `channel`.
+    pub async fn open_on(channel: Channel, name: &str, index: u8) -> Result<Self, tonic::Status> {
         let (requests, rx) = mpsc::channel(64);
         requests
             .send(send(Publish::Node(node(name, index))))
             .await
             .unwrap();
-        let mut client = ExportClient::new(channel(port).await);
+        let mut client = ExportClient::new(channel);
         let answers = client.publish(ReceiverStream::new(rx)).await?.into_inner();
         Ok(Self {
             requests,

@@ -64,6 +64,17 @@ pub struct Cli {
     /// Where `meshwork.apiserver.v1.Export` (with gRPC health and reflection) is served.
     #[arg(long, default_value = "127.0.0.1:9891", value_name = "ADDR")]
     pub grpc_serve_addr: String,
+    /// Server certificate (PEM) of the gRPC endpoint: TLS. Requires `--grpc-key-file`.
+    #[arg(long, value_name = "FILE", requires = "grpc_key_file")]
+    pub grpc_cert_file: Option<PathBuf>,
+    /// Private key (PEM) of `--grpc-cert-file`.
+    #[arg(long, value_name = "FILE", requires = "grpc_cert_file")]
+    pub grpc_key_file: Option<PathBuf>,
+    /// CA (PEM) that signs the agents' client certificates: mTLS, and an agent may publish
+    /// only the node its certificate's CN names (PERMISSION_DENIED otherwise). Requires
+    /// `--grpc-cert-file`.
+    #[arg(long, value_name = "FILE", requires = "grpc_cert_file")]
+    pub grpc_ca_file: Option<PathBuf>,
     /// Where `/healthz` and `/readyz` (200 once the sync canaries are written) are served.
     #[arg(long, default_value = "127.0.0.1:9880", value_name = "ADDR")]
     pub health_serve_addr: String,
@@ -141,7 +152,41 @@ fn addr(flag: &str, text: &str) -> anyhow::Result<SocketAddr> {
         .with_context(|| format!("{flag} {text:?} is not an IP:port address"))
 }
 
+/// The gRPC endpoint's TLS, read from the files.
+pub struct GrpcTls {
+    /// The server identity and, with `--grpc-ca-file`, the client CA.
+    pub config: tonic::transport::ServerTlsConfig,
+    /// Clients must present a certificate (and publish as its CN).
+    pub client_auth: bool,
+}
+
+fn read(flag: &str, path: &std::path::Path) -> anyhow::Result<Vec<u8>> {
+    std::fs::read(path).with_context(|| format!("{flag} {}", path.display()))
+}
+
 impl Cli {
+    /// The gRPC endpoint's TLS; `None` without `--grpc-cert-file`.
+    pub fn grpc_tls(&self) -> anyhow::Result<Option<GrpcTls>> {
+        let (Some(cert), Some(key)) = (&self.grpc_cert_file, &self.grpc_key_file) else {
+            return Ok(None);
+        };
+        let identity = tonic::transport::Identity::from_pem(
+            read("--grpc-cert-file", cert)?,
+            read("--grpc-key-file", key)?,
+        );
+        let mut config = tonic::transport::ServerTlsConfig::new().identity(identity);
+        if let Some(ca) = &self.grpc_ca_file {
+            config = config.client_ca_root(tonic::transport::Certificate::from_pem(read(
+                "--grpc-ca-file",
+                ca,
+            )?));
+        }
+        Ok(Some(GrpcTls {
+            config,
+            client_auth: self.grpc_ca_file.is_some(),
+        }))
+    }
+
     /// The loop's settings, checked against Cilium's rules.
     pub fn settings(&self) -> anyhow::Result<Settings> {
         let (Some(cluster_name), Some(cluster_id)) = (&self.cluster_name, self.cluster_id) else {

@@ -72,6 +72,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     // Every setting and listener checked before etcd is asked anything.
     let settings = cli.settings()?;
     let addrs = cli.addrs()?;
+    let tls = cli.grpc_tls()?;
     let mut terminate =
         signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let grpc_listener = tokio::net::TcpListener::bind(addrs.grpc)
@@ -101,8 +102,17 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
     });
     let stop = CancellationToken::new();
-    let router = tonic::transport::Server::builder()
-        .add_service(ExportService::new(commands.clone(), metrics).into_server());
+    let mut export = ExportService::new(commands.clone(), metrics);
+    let mut server = tonic::transport::Server::builder();
+    if let Some(tls) = tls {
+        if tls.client_auth {
+            export = export.node_is_cn();
+        }
+        server = server.tls_config(tls.config).context(
+            "the gRPC endpoint's TLS (--grpc-cert-file, --grpc-key-file, --grpc-ca-file)",
+        )?;
+    }
+    let router = server.add_service(export.into_server());
     let grpc = tokio::spawn(standard.add_to(router).serve_with_incoming_shutdown(
         tokio_stream::wrappers::TcpListenerStream::new(grpc_listener),
         stop.clone().cancelled_owned(),
