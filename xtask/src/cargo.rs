@@ -71,7 +71,7 @@ fn has_nextest() -> bool {
 }
 
 /// Builds and runs the scenario binary with `args` (`release` for benchmarks). With
-/// `binaries`, the agent and meshctl binaries are built with the same profile first:
+/// `binaries`, the agent, meshctl and apiserver binaries are built with the same profile first:
 /// scenarios that run them do so from beside their own executable.
 pub fn run_scenario(release: bool, binaries: bool, args: &[&str]) -> anyhow::Result<()> {
     if binaries {
@@ -83,11 +83,16 @@ pub fn run_scenario(release: bool, binaries: bool, args: &[&str]) -> anyhow::Res
             "meshwork-agent",
             "--package",
             "meshctl",
+            "--package",
+            "meshwork-apiserver",
         ]);
         if release {
             build.arg("--release");
         }
-        run("cargo build meshwork-agent meshctl", &mut build)?;
+        run(
+            "cargo build meshwork-agent meshctl meshwork-apiserver",
+            &mut build,
+        )?;
     }
     let mut command = cargo();
     command.args(["run", "--quiet", "--package", SCENARIOS]);

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::time::{Duration, SystemTime};
 
-use meshwork_kvstore::{EtcdBackend, KvstoreError};
+use meshwork_kvstore::{EtcdBackend, KvstoreError, WatchEvent};
 use meshwork_types::keys::{IDENTITY_ID_PREFIX, NODES_PREFIX};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{Instant, MissedTickBehavior};
@@ -39,6 +39,9 @@ pub struct Settings {
     pub identity_gc_interval: Duration,
     /// How often the heartbeat is written (Cilium: 1 min).
     pub heartbeat_interval: Duration,
+    /// How often the cluster config is read back and rewritten when it differs (Cilium:
+    /// 5 min; a watch rewrites it at once when someone changes it).
+    pub config_check_interval: Duration,
 }
 
 impl Settings {
@@ -53,6 +56,7 @@ impl Settings {
             node_gc_grace: Duration::from_secs(15 * 60),
             identity_gc_interval: Duration::from_secs(15 * 60),
             heartbeat_interval: Duration::from_secs(60),
+            config_check_interval: Duration::from_secs(5 * 60),
         }
     }
 }
@@ -90,6 +94,8 @@ pub enum Command {
     DeleteNode(String, oneshot::Sender<Result<bool, NodeConnected>>),
     /// Write what is pending, then stop (deleting nothing); answered when stopped.
     Stop(oneshot::Sender<()>),
+    /// Someone wrote or deleted the cluster config key: check it.
+    ClusterConfigTouched,
 }
 
 /// A node cannot be deleted while its agent is connected.
@@ -114,9 +120,13 @@ pub struct Exporter {
     after_write: Vec<Box<dyn FnOnce() + Send>>,
     /// Answered once the loop has stopped.
     stopping: Option<oneshot::Sender<()>>,
+    /// The cluster config key was written or deleted since the last check.
+    config_touched: bool,
     canaries_written: bool,
     ready: watch::Sender<bool>,
     commands: mpsc::Receiver<Command>,
+    /// For the loop's own helpers: weak, so the loop still ends when every caller is gone.
+    myself: mpsc::WeakSender<Command>,
     metrics: ApiserverMetrics,
 }
 
@@ -173,9 +183,11 @@ impl Exporter {
             sessions: HashMap::new(),
             after_write: Vec::new(),
             stopping: None,
+            config_touched: false,
             canaries_written,
             ready,
             commands,
+            myself: tx.downgrade(),
             metrics,
         };
         Ok((exporter, tx, ready_rx))
@@ -185,6 +197,13 @@ impl Exporter {
     /// on the way out: the keys stay under their leases for the next apiserver to adopt.
     pub async fn run(mut self) {
         self.write_cluster_config().await;
+        let watching = tokio::spawn(watch_cluster_config(
+            self.writer.backend().clone(),
+            self.cluster_config().0,
+            self.myself.clone(),
+        ));
+        let mut config_check = tokio::time::interval(self.settings.config_check_interval);
+        config_check.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut heartbeat = tokio::time::interval(self.settings.heartbeat_interval);
         heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut keep_alive = tokio::time::interval(self.settings.lease_ttl / 3);
@@ -213,6 +232,7 @@ impl Exporter {
                     }
                 }
                 _ = heartbeat.tick() => self.queue_heartbeat(),
+                _ = config_check.tick() => self.check_cluster_config().await,
                 _ = keep_alive.tick() => match self.writer.keep_alive().await {
                     Ok(rewritten) => {
                         self.metrics.lease_renewals.inc();
@@ -236,8 +256,12 @@ impl Exporter {
                 _ = retry.tick(), if !self.pending.is_empty() => {}
                 () = &mut sync_deadline, if !deadline_passed => deadline_passed = true,
             }
+            if std::mem::take(&mut self.config_touched) {
+                self.check_cluster_config().await;
+            }
             self.flush().await;
             if let Some(stopped) = self.stopping.take() {
+                watching.abort();
                 tracing::info!(
                     pending = self.pending.len(),
                     "apiserver loop stopped; nothing deleted"
@@ -246,7 +270,31 @@ impl Exporter {
                 return;
             }
         }
+        watching.abort();
         tracing::info!("apiserver loop stopped; nothing deleted");
+    }
+
+    fn cluster_config(&self) -> (String, Vec<u8>) {
+        control_keys::cluster_config(
+            &self.settings.cluster,
+            self.settings.cluster_id,
+            self.settings.max_connected_clusters,
+        )
+    }
+
+    /// Reads the cluster config back; when it is missing or different (someone else wrote
+    /// it), it is written again at once.
+    async fn check_cluster_config(&mut self) {
+        let (key, value) = self.cluster_config();
+        match self.writer.backend().get(&key).await {
+            Ok(Some((stored, _))) if stored == value => {}
+            Ok(_) => {
+                tracing::warn!(%key, "the cluster config is missing or changed; writing it again");
+                self.writer.forget(&key);
+                self.pending.push((key, Some(value)));
+            }
+            Err(err) => tracing::warn!(%err, "reading the cluster config back failed"),
+        }
     }
 
     fn handle(&mut self, command: Command) {
@@ -295,6 +343,7 @@ impl Exporter {
                 let _ = reply.send(self.state.services());
             }
             Command::Stop(reply) => self.stopping = Some(reply),
+            Command::ClusterConfigTouched => self.config_touched = true,
             Command::DeleteNode(node, reply) => {
                 if self.sessions.contains_key(&node) {
                     let _ = reply.send(Err(NodeConnected));
@@ -364,11 +413,7 @@ impl Exporter {
     }
 
     async fn write_cluster_config(&mut self) {
-        let (key, value) = control_keys::cluster_config(
-            &self.settings.cluster,
-            self.settings.cluster_id,
-            self.settings.max_connected_clusters,
-        );
+        let (key, value) = self.cluster_config();
         self.pending.push((key, Some(value)));
         // Without a lease, for older readers; written once, never again.
         let (marker, value) = control_keys::has_cluster_config();
@@ -381,5 +426,46 @@ impl Exporter {
     fn queue_heartbeat(&mut self) {
         let (key, value) = control_keys::heartbeat(SystemTime::now());
         self.pending.push((key, Some(value)));
+    }
+}
+
+/// Tells the loop whenever `key` is written or deleted (by anyone, this apiserver included:
+/// the loop reads it back and finds its own write equal). A failed watch is watched again;
+/// the watch ends with the loop.
+async fn watch_cluster_config(
+    backend: EtcdBackend,
+    key: String,
+    commands: mpsc::WeakSender<Command>,
+) {
+    loop {
+        let watched = async {
+            let revision = backend.revision(&key).await?;
+            // A prefix watch: `c1` also matches `c10`, so events are matched exactly.
+            let mut watch = backend.watch(&key, revision + 1).await?;
+            while let Some(events) = watch.next().await? {
+                let touched = events.iter().any(|event| match event {
+                    WatchEvent::Put { key: k, .. } | WatchEvent::Delete { key: k, .. } => {
+                        k == key.as_bytes()
+                    }
+                });
+                if !touched {
+                    continue;
+                }
+                let Some(commands) = commands.upgrade() else {
+                    return Ok(());
+                };
+                if commands.send(Command::ClusterConfigTouched).await.is_err() {
+                    return Ok(());
+                }
+            }
+            Ok::<(), KvstoreError>(())
+        };
+        if let Err(err) = watched.await {
+            tracing::warn!(%err, %key, "watching the cluster config failed; watching again");
+        }
+        if commands.upgrade().is_none() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }

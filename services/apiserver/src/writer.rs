@@ -202,6 +202,14 @@ impl Writer {
         &self.backend
     }
 
+    /// Forgets what was written at `key`, so the next write of it goes to etcd even when
+    /// the value is the same (someone else changed or deleted the key).
+    pub fn forget(&mut self, key: &str) {
+        if let Some(old) = self.written.remove(key) {
+            self.forget_lease_key(old.lease);
+        }
+    }
+
     /// Keys written now.
     pub fn len(&self) -> usize {
         self.written.len()

@@ -181,3 +181,41 @@ async fn canaries_wait_for_every_agent_of_the_window_and_a_restart_rewrites_noth
         .collect();
     assert!(others.is_empty(), "a reader saw {others:?}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs real etcd: `cargo xtask test` runs it"]
+async fn a_changed_or_deleted_cluster_config_is_written_again_at_once() {
+    let server = EtcdServer::start().unwrap();
+    let backend = connect(&server).await;
+    let (commands, _ready, task) = start(&backend).await;
+    const KEY: &str = "cilium/cluster-config/c1";
+    let written = meshwork_lab::wait::eventually_async(
+        "the cluster config",
+        || backend.get(KEY),
+        |got| matches!(got, Ok(Some(_))),
+    )
+    .await
+    .unwrap()
+    .unwrap()
+    .0;
+    // Another writer changes it, then deletes it: each time it comes back (well within the
+    // 5-minute re-check: the watch sees it).
+    backend.put(KEY, r#"{"id":9}"#).await.unwrap();
+    meshwork_lab::wait::eventually_async(
+        "the cluster config rewritten",
+        || backend.get(KEY),
+        |got| matches!(got, Ok(Some((value, _))) if *value == written),
+    )
+    .await
+    .unwrap();
+    backend.delete(KEY).await.unwrap();
+    meshwork_lab::wait::eventually_async(
+        "the cluster config written again after a delete",
+        || backend.get(KEY),
+        |got| matches!(got, Ok(Some((value, _))) if *value == written),
+    )
+    .await
+    .unwrap();
+    drop(commands);
+    task.await.unwrap();
+}

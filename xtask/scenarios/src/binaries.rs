@@ -1,5 +1,5 @@
-//! The workspace's own binaries (`meshwork-agent`, `meshctl`) that scenarios run as real
-//! processes, found next to this scenario binary and built there first.
+//! The workspace's own binaries (`meshwork-agent`, `meshctl`, `meshwork-apiserver`) that
+//! scenarios run as real processes, found next to this scenario binary and built there first.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -13,9 +13,11 @@ pub struct Binaries {
     pub agent: PathBuf,
     /// `meshctl`.
     pub meshctl: PathBuf,
+    /// `meshwork-apiserver`.
+    pub apiserver: PathBuf,
 }
 
-/// Builds `meshwork-agent` and `meshctl` with the profile this binary was built with (a
+/// Builds `meshwork-agent`, `meshctl` and `meshwork-apiserver` with the profile this binary was built with (a
 /// no-op when they are up to date, so the demo never runs a stale agent), then returns their
 /// paths next to this binary.
 ///
@@ -26,15 +28,16 @@ pub fn build() -> anyhow::Result<Binaries> {
     let binaries = Binaries {
         agent: exe.with_file_name("meshwork-agent"),
         meshctl: exe.with_file_name("meshctl"),
+        apiserver: exe.with_file_name("meshwork-apiserver"),
     };
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     if workspace.join("Cargo.toml").is_file() {
         cargo_build(&workspace, &exe)?;
     }
-    for path in [&binaries.agent, &binaries.meshctl] {
+    for path in [&binaries.agent, &binaries.meshctl, &binaries.apiserver] {
         if !path.is_file() {
             bail!(
-                "{} is missing: build it with `cargo build -p meshwork-agent -p meshctl` \
+                "{} is missing: build it with `cargo build -p meshwork-agent -p meshctl -p meshwork-apiserver` \
                  (into the target directory of {})",
                 path.display(),
                 exe.display()
@@ -44,7 +47,7 @@ pub fn build() -> anyhow::Result<Binaries> {
     Ok(binaries)
 }
 
-/// `cargo build -p meshwork-agent -p meshctl` in `workspace`, with the profile `exe` was
+/// `cargo build -p meshwork-agent -p meshctl -p meshwork-apiserver` in `workspace`, with the profile `exe` was
 /// built with (its directory is `target/<profile dir>/`).
 fn cargo_build(workspace: &Path, exe: &Path) -> anyhow::Result<()> {
     let profile = match exe
@@ -60,8 +63,11 @@ fn cargo_build(workspace: &Path, exe: &Path) -> anyhow::Result<()> {
     command
         .current_dir(workspace)
         .args(["build", "--quiet", "--profile", profile])
-        .args(["--package", "meshwork-agent", "--package", "meshctl"]);
-    print!("Building meshwork-agent and meshctl (cargo build, profile {profile}) ... ");
+        .args(["--package", "meshwork-agent", "--package", "meshctl"])
+        .args(["--package", "meshwork-apiserver"]);
+    print!(
+        "Building meshwork-agent, meshctl and meshwork-apiserver (cargo build, profile {profile}) ... "
+    );
     // Shown before cargo's own output, if it has any.
     std::io::Write::flush(&mut std::io::stdout()).context("writing to stdout")?;
     let started = Instant::now();
@@ -71,7 +77,7 @@ fn cargo_build(workspace: &Path, exe: &Path) -> anyhow::Result<()> {
     if !status.success() {
         println!("failed");
         bail!(
-            "`cargo build -p meshwork-agent -p meshctl` in {} failed ({status})",
+            "`cargo build -p meshwork-agent -p meshctl -p meshwork-apiserver` in {} failed ({status})",
             workspace.display()
         );
     }

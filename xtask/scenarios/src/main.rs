@@ -3,6 +3,7 @@
 //! Run through `cargo xtask demo` and `cargo xtask bench <name>`, which install what is
 //! missing first.
 
+mod bench_apiserver;
 mod bench_datapath;
 mod bench_eni;
 mod bench_kvstore;
@@ -56,6 +57,9 @@ enum Bench {
     /// 100 nodes from zero to pre-allocate 8 through the operator against moto: EC2 calls
     /// per node, wall time vs the token bucket's floor.
     Eni(bench_eni::Args),
+    /// 100 agents × 500 endpoints publishing to the apiserver until its canaries are
+    /// written, vs the same keys written raw with leases; endpoint → etcd p99; peak RSS.
+    Apiserver(bench_apiserver::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -79,6 +83,10 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(Bench::Wireguard(args)) => with_actix(runtime, bench_wireguard::run(args)),
         Command::Bench(Bench::Sync(args)) => with_actix(runtime, bench_sync::run(args)),
         Command::Bench(Bench::Eni(args)) => with_actix(runtime, bench_eni::run(args)),
+        Command::Bench(Bench::Apiserver(args)) => {
+            let apiserver = binaries::build()?.apiserver;
+            runtime.block_on(bench_apiserver::run(args, &apiserver))
+        }
     }
 }
 
