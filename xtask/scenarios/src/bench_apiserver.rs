@@ -51,8 +51,8 @@ pub struct Args {
     /// Rounds (odd); `ratio=` is the median of the per-round ratios.
     #[arg(long, default_value_t = 5, value_parser = odd_rounds)]
     rounds: usize,
-    /// Endpoints added at 1,000/s for the latency figure.
-    #[arg(long, default_value_t = 2000)]
+    /// Endpoints added at 1,000/s for the latency figure (at most 4,000).
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(1..=4000))]
     latency_changes: u32,
 }
 
@@ -89,6 +89,27 @@ fn node(k: u32) -> pb::Node {
         ipv4_alloc_cidrs: vec![pod_cidr(k)],
         ..pb::Node::default()
     }
+}
+
+/// The latency phase's node: a /20 of its own, outside the fleet's, for up to 4,000 pods.
+const LATENCY_NODE: u32 = 900;
+
+fn latency_node() -> pb::Node {
+    pb::Node {
+        ipv4_alloc_cidrs: vec!["10.200.0.0/20".to_owned()],
+        ..node(LATENCY_NODE)
+    }
+}
+
+fn latency_endpoint(i: u32) -> pb::Endpoint {
+    pb::Endpoint {
+        ips: vec![latency_ip(i)],
+        ..endpoint(LATENCY_NODE, i)
+    }
+}
+
+fn latency_ip(i: u32) -> String {
+    format!("10.200.{}.{}", i / 250, i % 250 + 1)
 }
 
 fn endpoint(k: u32, i: u32) -> pb::Endpoint {
@@ -314,7 +335,6 @@ async fn latency(
     backend: &EtcdBackend,
     changes: u32,
 ) -> anyhow::Result<Vec<Duration>> {
-    let k = 900; // a node of its own, past the fleet's
     let revision = backend.revision("cilium/").await?;
     let mut watch = backend
         .watch("cilium/state/ip/v1/default/", revision + 1)
@@ -327,7 +347,7 @@ async fn latency(
     let send = |request| pb::PublishRequest {
         request: Some(request),
     };
-    requests.send(send(Publish::Node(node(k)))).await?;
+    requests.send(send(Publish::Node(latency_node()))).await?;
     let mut answers = ExportClient::new(channel)
         .publish(ReceiverStream::new(rx))
         .await?
@@ -339,11 +359,11 @@ async fn latency(
         for i in 0..changes {
             tick.tick().await;
             sent.insert(
-                format!("cilium/state/ip/v1/default/{}", endpoint_ip(k, i)),
+                format!("cilium/state/ip/v1/default/{}", latency_ip(i)),
                 Instant::now(),
             );
             requests
-                .send(send(Publish::Endpoint(endpoint(k, i))))
+                .send(send(Publish::Endpoint(latency_endpoint(i))))
                 .await?;
         }
         anyhow::Ok(())
