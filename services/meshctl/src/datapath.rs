@@ -127,6 +127,14 @@ fn endpoint_json(s: &pb::EndpointStatus) -> serde_json::Value {
 
 /// `meshctl endpoint add`.
 pub async fn endpoint_add(agent: &Agent, args: &EndpointAddArgs) -> anyhow::Result<()> {
+    let (pod_namespace, pod_name) = match args.pod.as_deref().map(|pod| pod.split_once('/')) {
+        None => (String::new(), String::new()),
+        Some(Some((ns, name))) => (ns.to_owned(), name.to_owned()),
+        Some(None) => anyhow::bail!(
+            "--pod {:?} is not NAMESPACE/NAME",
+            args.pod.as_deref().unwrap_or_default()
+        ),
+    };
     let endpoint = pb::Endpoint {
         id: args.id,
         interface: args.interface.clone(),
@@ -140,18 +148,8 @@ pub async fn endpoint_add(agent: &Agent, args: &EndpointAddArgs) -> anyhow::Resu
         allowed_identities: args.allow.clone(),
         host: args.host,
         labels: args.labels.clone(),
-        pod_namespace: args
-            .pod
-            .as_deref()
-            .and_then(|p| p.split_once('/'))
-            .map(|(ns, _)| ns.to_owned())
-            .unwrap_or_default(),
-        pod_name: args
-            .pod
-            .as_deref()
-            .and_then(|p| p.split_once('/'))
-            .map(|(_, n)| n.to_owned())
-            .unwrap_or_default(),
+        pod_namespace,
+        pod_name,
     };
     client(agent)
         .await?

@@ -68,6 +68,15 @@ impl EndpointSpec {
         Ok(())
     }
 
+    /// The pod's namespace and name; empty ones for an endpoint that is no pod.
+    pub fn pod_parts(&self) -> (String, String) {
+        self.pod
+            .as_deref()
+            .and_then(|pod| pod.split_once('/'))
+            .map(|(ns, name)| (ns.to_owned(), name.to_owned()))
+            .unwrap_or_default()
+    }
+
     /// Where its program is attached.
     pub fn attach_point(&self) -> AttachPoint {
         AttachPoint {

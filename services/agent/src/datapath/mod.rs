@@ -302,12 +302,7 @@ fn endpoint_status_error(err: &EndpointError) -> Status {
 
 /// What the apiserver gets of an endpoint.
 pub fn published_endpoint(spec: &EndpointSpec) -> apiserver_pb::Endpoint {
-    let (pod_namespace, pod_name) = spec
-        .pod
-        .as_deref()
-        .and_then(|pod| pod.split_once('/'))
-        .map(|(ns, name)| (ns.to_owned(), name.to_owned()))
-        .unwrap_or_default();
+    let (pod_namespace, pod_name) = spec.pod_parts();
     apiserver_pb::Endpoint {
         id: spec.id,
         ips: spec.ips.iter().map(ToString::to_string).collect(),
@@ -348,6 +343,7 @@ fn spec_from_proto(e: pb::Endpoint) -> Result<EndpointSpec, String> {
 
 fn endpoint_status(s: &EndpointStatus) -> pb::EndpointStatus {
     let spec = &s.spec;
+    let (pod_namespace, pod_name) = spec.pod_parts();
     pb::EndpointStatus {
         endpoint: Some(pb::Endpoint {
             id: spec.id,
@@ -362,18 +358,8 @@ fn endpoint_status(s: &EndpointStatus) -> pb::EndpointStatus {
             allowed_identities: spec.allowed_identities.clone(),
             host: spec.host,
             labels: spec.labels.clone(),
-            pod_namespace: spec
-                .pod
-                .as_deref()
-                .and_then(|p| p.split_once('/'))
-                .map(|(ns, _)| ns.to_owned())
-                .unwrap_or_default(),
-            pod_name: spec
-                .pod
-                .as_deref()
-                .and_then(|p| p.split_once('/'))
-                .map(|(_, n)| n.to_owned())
-                .unwrap_or_default(),
+            pod_namespace,
+            pod_name,
         }),
         state: s.state.label().to_owned(),
         generation: s.generation,
