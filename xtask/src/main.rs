@@ -29,13 +29,24 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         runner_args: Vec<String>,
     },
-    /// Run setup, then the demo: a real meshwork-agent against three etcd clusters in Cilium's
-    /// layout, `meshctl status` converging, then a cluster removed and drained.
-    Demo,
-    /// Run setup, then the no-drop proof: two clusters, a TCP stream between their pods through
-    /// the BPF endpoint program, an agent restart while the remote is late — with the bounded
-    /// wait and without it. Ends with `drops_with_wait=… drops_without_wait=… stream_gaps_with_wait=…`.
-    Proof,
+    /// Run setup, then the demo: three Meshwork clusters (etcd, meshwork-apiserver, two agents
+    /// each) meshed with each other, pods connecting across clusters, a remote drained, then
+    /// the no-drop proof on the same topology.
+    Demo {
+        /// Arguments passed on to the demo (`--clusters`, `--nodes`, `--no-proof`; see
+        /// `--help` after `--`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Run setup, then the no-drop proof on the demo's topology: a TCP stream between pods of
+    /// two clusters through the BPF endpoint program, an agent restart while the remote is
+    /// late — with the bounded wait and without it. Ends with
+    /// `drops_with_wait=… drops_without_wait=… stream_gaps_with_wait=…`.
+    Proof {
+        /// Arguments passed on to the proof (`--fixtures`, `--only`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Run setup, then a benchmark (release build) against its floor in the same run.
     Bench {
         /// Which benchmark.
@@ -69,13 +80,19 @@ fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Setup => setup::run(),
         Command::Test { runner_args } => cargo::test_suite(&runner_args),
-        Command::Demo => {
+        Command::Demo { args } => {
             setup::run()?;
-            cargo::run_scenario(false, true, &["demo"])
+            let args: Vec<&str> = std::iter::once("demo")
+                .chain(args.iter().map(String::as_str))
+                .collect();
+            cargo::run_scenario(false, true, &args)
         }
-        Command::Proof => {
+        Command::Proof { args } => {
             setup::run()?;
-            cargo::run_scenario(false, true, &["proof"])
+            let args: Vec<&str> = std::iter::once("proof")
+                .chain(args.iter().map(String::as_str))
+                .collect();
+            cargo::run_scenario(false, true, &args)
         }
         Command::Bench { name, args } => {
             setup::run()?;

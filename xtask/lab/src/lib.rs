@@ -10,6 +10,7 @@
 //! installed before any namespace address exists.
 
 pub mod agent;
+pub mod apiserver;
 pub mod bpffs;
 pub mod cilium;
 pub mod error;

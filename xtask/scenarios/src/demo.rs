@@ -1,101 +1,111 @@
-//! The demo: three etcd "clusters" from the lab, loaded with Cilium-format state, watched by a
-//! real `meshwork-agent` whose convergence, drain and stop `meshctl status` shows
-//! ([`demo_agent`](crate::demo_agent)); or, with `--in-process`, by the canary-gated watch
-//! stores in this process ([`demo_stores`](crate::demo_stores)).
+//! The demo: Meshwork meshed with itself ([`crate::mesh`]). Each cluster runs its own etcd,
+//! `meshwork-apiserver` and one `meshwork-agent` per node; pods are network namespaces whose
+//! identities come from their cluster's apiserver. Every remote entry an agent holds was
+//! written by a Meshwork apiserver. The act itself is in [`demo_mesh`](crate::demo_mesh);
+//! the no-drop proof follows on the same topology.
 
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use meshwork_kvstore::EtcdBackend;
-use meshwork_lab::cilium::{Cluster, Sizes};
-use meshwork_lab::etcd::{EtcdOptions, EtcdServer};
 
-use crate::{binaries, demo_agent, demo_stores, load};
+use crate::mesh::{Mesh, MeshSpec};
+use crate::proof::SceneKind;
+use crate::{binaries, demo_mesh};
 
 /// Options of the demo.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Number of etcd clusters.
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=16))]
+    /// Number of clusters (each its own etcd and meshwork-apiserver).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=9))]
     clusters: u32,
-    /// Nodes per cluster.
-    #[arg(long, default_value_t = 50)]
+    /// Nodes (agents, one pod each) per cluster.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=9))]
     nodes: u32,
-    /// Global services per cluster.
-    #[arg(long, default_value_t = 20)]
-    services: u32,
-    /// Identities per cluster.
-    #[arg(long, default_value_t = 500)]
-    identities: u32,
-    /// ipcache entries per cluster (at most 65536).
-    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u32).range(1..=65_536))]
-    ipcache: u32,
-    /// Give up when the clusters are not all synced (ready) after this many seconds.
+    /// Give up when the mesh has not converged after this many seconds.
     #[arg(long, default_value_t = 120)]
     timeout_secs: u64,
-    /// Watch the clusters with the watch stores in this process instead of running
-    /// `meshwork-agent` and `meshctl`.
+    /// Skip the no-drop proof at the end.
     #[arg(long)]
-    in_process: bool,
+    no_proof: bool,
 }
 
 /// Runs the demo.
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let timeout = Duration::from_secs(args.timeout_secs);
-    let binaries = if args.in_process {
-        println!(
-            "Meshwork demo: {} etcd clusters in Cilium's kvstore layout, synced by canary-gated watch stores\n",
-            args.clusters
-        );
-        None
-    } else {
-        println!(
-            "Meshwork demo: meshwork-agent against {} etcd clusters in Cilium's kvstore layout\n",
-            args.clusters
-        );
-        Some(binaries::build()?)
-    };
-    let sizes = Sizes {
+    let spec = MeshSpec {
+        clusters: args.clusters,
         nodes: args.nodes,
-        services: args.services,
-        identities: args.identities,
-        ipcache: args.ipcache,
+        ..MeshSpec::demo()
     };
-    let clusters: Vec<Cluster> = (1..=args.clusters)
-        .map(|id| Cluster {
-            name: format!("cluster-{id}"),
-            id,
-            sizes,
+    println!(
+        "Meshwork demo: {} Meshwork clusters meshed with each other. Each runs its own etcd, \
+         meshwork-apiserver and {} meshwork-agents (lab network namespaces, pods as namespaces); \
+         agents publish their node and pods to their apiserver, which alone writes its etcd.\n",
+        spec.clusters, spec.nodes
+    );
+    let binaries = binaries::build()?;
+    let dir = tempfile::Builder::new()
+        .prefix("meshwork-demo-")
+        .tempdir()
+        .context("creating the demo's temp dir")?;
+    let started = Instant::now();
+    let outcome = async {
+        let mesh = Mesh::start(&binaries, &spec, dir.path(), "1m", &mut |line| {
+            println!("  {line}");
         })
-        .collect();
-
-    let (servers, backends) = start_and_load(&clusters).await?;
-    let outcome = match &binaries {
-        None => demo_stores::run(&clusters, &backends, timeout).await,
-        Some(binaries) => {
-            drop(backends);
-            demo_agent::run(binaries, &clusters, &servers, timeout).await
+        .await?;
+        let first_agent = started;
+        println!();
+        for (pod, identity) in mesh.add_pods().await? {
+            println!("  {pod:<8} identity {identity} (allocated by its cluster's apiserver)");
+        }
+        let figures = demo_mesh::run(&binaries, &mesh, first_agent, timeout).await?;
+        let processes = mesh.clusters.len() * (2 + spec.nodes as usize);
+        drop(mesh);
+        println!(
+            "\nStopped {processes} processes (agents, apiservers, etcd) and removed the namespaces."
+        );
+        anyhow::Ok(figures)
+    }
+    .await;
+    let figures = match outcome {
+        Ok(figures) => figures,
+        Err(err) => {
+            let kept = dir.keep();
+            eprintln!(
+                "Kept {} (agent and apiserver logs, state, clustermesh configs) for inspection.",
+                kept.display()
+            );
+            return Err(err);
         }
     };
-    let count = servers.len();
-    drop(servers);
-    println!("\nStopped {count} etcd servers and removed their data.");
-    println!("{}", outcome?);
-    if let Some(binaries) = &binaries {
-        Box::pin(proof_step(binaries)).await?;
+    println!(
+        "Demo done: {} clusters × {} nodes converged in {} ms, every remote entry written by a \
+         Meshwork apiserver; {}/{} cross-cluster connections; {} drained in {} ms.",
+        spec.clusters,
+        spec.nodes,
+        figures.converged.as_millis(),
+        figures.connections.0,
+        figures.connections.1,
+        figures.drained.0,
+        figures.drained.1.as_millis(),
+    );
+    if !args.no_proof {
+        Box::pin(proof_step(&binaries)).await?;
     }
     Ok(())
 }
 
-/// The no-drop proof with its negative control, figures side by side.
+/// The no-drop proof on the same topology, with its negative control, figures side by side.
 async fn proof_step(binaries: &binaries::Binaries) -> anyhow::Result<()> {
     println!(
-        "\nThe no-drop proof: pod A streams TCP to pod B through A's BPF endpoint program; A's \
-         agent restarts while cluster B's state arrives {} s late.",
+        "\nThe no-drop proof on this topology: pod-1-1 streams TCP to pod-2-1 through its BPF \
+         endpoint program; cluster-1-node-1's agent restarts while cluster-2's etcd is down, \
+         back {} s after the agent.",
         crate::proof::LATE_BY.as_secs()
     );
-    let with = Box::pin(crate::proof::run_once(binaries, true)).await?;
-    let without = Box::pin(crate::proof::run_once(binaries, false)).await?;
+    let with = Box::pin(crate::proof::run_once(binaries, SceneKind::Mesh, true)).await?;
+    let without = Box::pin(crate::proof::run_once(binaries, SceneKind::Mesh, false)).await?;
     println!(
         "  {:<58} {:>6} {:>12}\n  {:<58} {:>6} {:>12}\n  {:<58} {:>6} {:>12}",
         "",
@@ -109,50 +119,4 @@ async fn proof_step(binaries: &binaries::Binaries) -> anyhow::Result<()> {
         without.stream.gaps + without.stream.resets,
     );
     Ok(())
-}
-
-/// Starts one etcd server per cluster and loads its state and canaries, one line each.
-async fn start_and_load(
-    clusters: &[Cluster],
-) -> anyhow::Result<(Vec<EtcdServer>, Vec<EtcdBackend>)> {
-    let mut servers = Vec::new();
-    let mut backends = Vec::new();
-    for cluster in clusters {
-        let server = EtcdServer::start_with(EtcdOptions {
-            max_txn_ops: Some(1000),
-            name: Some(cluster.name.clone()),
-            ..EtcdOptions::default()
-        })
-        .with_context(|| format!("starting etcd for {}", cluster.name))?;
-        println!(
-            "  {:<10} etcd {} (pid {})",
-            cluster.name,
-            server.endpoint(),
-            server.pid().unwrap_or(0)
-        );
-        let backend = load::connect(&server.endpoint())
-            .await
-            .with_context(|| format!("connecting to {}'s etcd", cluster.name))?;
-        backends.push(backend);
-        servers.push(server);
-    }
-
-    println!();
-    for (cluster, backend) in clusters.iter().zip(&backends) {
-        let started = Instant::now();
-        let keys = load::load(backend, cluster)
-            .await
-            .with_context(|| format!("loading {}'s state", cluster.name))?;
-        let s = cluster.sizes;
-        println!(
-            "  {:<10} loaded {keys} keys ({} nodes, {} services, {} identities, {} ipcache) and its sync canaries in {} ms",
-            cluster.name,
-            s.nodes,
-            s.services,
-            s.identities,
-            s.ipcache,
-            started.elapsed().as_millis()
-        );
-    }
-    Ok((servers, backends))
 }

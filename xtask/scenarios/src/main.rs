@@ -11,12 +11,12 @@ mod bench_sync;
 mod bench_wireguard;
 mod binaries;
 mod demo;
-mod demo_agent;
-mod demo_stores;
+mod demo_mesh;
 mod floor;
 mod load;
 mod measure;
-mod mesh_stores;
+mod mesh;
+mod node_agent;
 mod proof;
 mod propagation;
 
@@ -32,11 +32,13 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Three etcd clusters in Cilium's layout, watched by a real meshwork-agent: meshctl
-    /// status shows it converge, then one cluster's config file is removed and drained.
+    /// Three Meshwork clusters meshed with each other (etcd, meshwork-apiserver and two
+    /// agents each): they converge, pods connect across clusters, a remote is drained; then
+    /// the no-drop proof on the same topology.
     Demo(demo::Args),
     /// The no-drop proof: restart an agent while a remote cluster is late; with the bounded
-    /// wait nothing drops, without it (0s) the endpoint program drops.
+    /// wait nothing drops, without it (0s) the endpoint program drops. On Meshwork meshed
+    /// with itself, or with `--fixtures` on hand-written Cilium-format state.
     Proof(proof::Args),
     /// A benchmark against its physical floor, measured in the same run.
     #[command(subcommand)]

@@ -1,34 +1,32 @@
-//! The no-drop proof (`cargo xtask proof`): two clusters, a pod in each, a TCP stream from pod
-//! A to pod B through A's endpoint program. A's agent restarts while cluster B's state
-//! arrives late (B's sync canaries are withdrawn while A is down and written back a few
-//! seconds after A is up). With the bounded wait: no drops, no gap. Without it
+//! The no-drop proof (`cargo xtask proof`): a TCP stream from pod A to pod B (another
+//! cluster) through A's endpoint program; A's agent restarts while cluster B's state arrives
+//! late. With the bounded wait: no drops, no gap. Without it
 //! (`--clustermesh-ip-identities-sync-timeout=0s`): A regenerates onto a map without B and
 //! drops — proof that the check can fail.
+//!
+//! It runs on one of two scenes ([`Scene`]): Meshwork meshed with itself (the demo's
+//! clusters, state written by their apiservers; B is late because its etcd is down while A
+//! restarts), or with `--fixtures` two clusters whose etcd holds Cilium-format state written
+//! by hand, hostile entries included (B is late because its canaries are withdrawn).
 
-mod agent;
-mod stream;
-mod topology;
+mod fixtures;
+mod fixtures_net;
+mod on_mesh;
+pub mod stream;
 
 use std::cell::Cell;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, bail};
-use meshwork_kvstore::EtcdBackend;
-use meshwork_lab::cilium::{Cluster, Sizes};
-use meshwork_lab::etcd::EtcdServer;
+use anyhow::bail;
+use meshwork_lab::net::Netns;
 use meshwork_lab::wait::Wait;
-use meshwork_proto::agent::v1 as pb;
-use serde_json::json;
 
-use self::agent::ProofAgent;
 use self::stream::{Stream, StreamReport};
-use self::topology::{LXC_A, LXC_B, NODE_A, NODE_B, POD_A, POD_B, Topology};
 use crate::binaries::{self, Binaries};
+use crate::node_agent::NodeAgent;
 
 /// How long B's state stays away after A's agent is back.
 pub const LATE_BY: Duration = Duration::from_secs(3);
-const ENDPOINT_A: u64 = 101;
-const ENDPOINT_B: u64 = 201;
 
 /// `meshwork-scenarios proof`.
 #[derive(Debug, clap::Args)]
@@ -36,6 +34,40 @@ pub struct Args {
     /// Run only one variant: `with-wait` or `without-wait`.
     #[arg(long)]
     pub only: Option<String>,
+    /// Run on two clusters whose etcd holds hand-written Cilium-format state (hostile entries
+    /// included) instead of on Meshwork meshed with itself.
+    #[arg(long)]
+    pub fixtures: bool,
+}
+
+/// Which scene a run uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SceneKind {
+    /// Meshwork meshed with itself: state written by each cluster's apiserver.
+    Mesh,
+    /// Hand-written Cilium-format state.
+    Fixtures,
+}
+
+/// What a run needs of its scene: the agent that restarts, the two pods, and how cluster
+/// B's state goes away and comes back.
+pub trait Scene {
+    /// A's agent (the one that restarts).
+    fn agent_a(&self) -> &NodeAgent;
+    /// The same, to restart it.
+    fn agent_a_mut(&mut self) -> &mut NodeAgent;
+    /// A's pod (the stream's client) and B's pod (its server).
+    fn pods(&self) -> (&Netns, &Netns);
+    /// Pod B's IP.
+    fn pod_b(&self) -> &str;
+    /// A's endpoint's ID.
+    fn endpoint_a(&self) -> u64;
+    /// Makes B's state unavailable while A is down.
+    async fn withdraw_b(&mut self) -> anyhow::Result<()>;
+    /// Brings B's state back ([`LATE_BY`] after A is up again).
+    async fn restore_b(&mut self) -> anyhow::Result<()>;
+    /// Hostile remote entries found in A's ipcache map.
+    fn bad_written(&self) -> anyhow::Result<u32>;
 }
 
 /// What one run measured.
@@ -58,12 +90,17 @@ pub struct RunReport {
 /// Runs both variants and prints the figures.
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let binaries = binaries::build()?;
+    let kind = if args.fixtures {
+        SceneKind::Fixtures
+    } else {
+        SceneKind::Mesh
+    };
     let with = match args.only.as_deref() {
-        None | Some("with-wait") => Some(Box::pin(run_once(&binaries, true)).await?),
+        None | Some("with-wait") => Some(Box::pin(run_once(&binaries, kind, true)).await?),
         _ => None,
     };
     let without = match args.only.as_deref() {
-        None | Some("without-wait") => Some(Box::pin(run_once(&binaries, false)).await?),
+        None | Some("without-wait") => Some(Box::pin(run_once(&binaries, kind, false)).await?),
         _ => None,
     };
     for (name, report) in [("with wait", with), ("without wait (0s)", without)] {
@@ -96,184 +133,72 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// One run: build everything, restart A's agent while B is late, measure.
-pub async fn run_once(binaries: &Binaries, with_wait: bool) -> anyhow::Result<RunReport> {
+/// One run on a fresh scene of `kind`.
+pub async fn run_once(
+    binaries: &Binaries,
+    kind: SceneKind,
+    with_wait: bool,
+) -> anyhow::Result<RunReport> {
     let dir = tempfile::Builder::new()
         .prefix("meshwork-proof-")
         .tempdir()?;
-    let topo = Topology::build()?;
-    let etcd_a = EtcdServer::start()?;
-    let etcd_b = EtcdServer::start()?;
-    let cluster_a = cluster("a", 1);
-    let cluster_b = cluster("b", 2);
-    let _kv_a = seed(&etcd_a, &cluster_a, POD_A, NODE_A).await?;
-    let kv_b = seed(&etcd_b, &cluster_b, POD_B, NODE_B).await?;
-
-    let mut agent_b = ProofAgent::new(dir.path(), "b", 2, "a", &etcd_a.endpoint())?;
-    let mut agent_a = ProofAgent::new(dir.path(), "a", 1, "b", &etcd_b.endpoint())?;
-    agent_b.start(binaries, "1m").await?;
-    agent_a.start(binaries, "1m").await?;
-    for agent in [&agent_a, &agent_b] {
-        Wait::new("the remote cluster ready")
-            .timeout(Duration::from_secs(30))
-            .until_async(|| agent.mesh_ready(), |ready| *ready)
-            .await
-            .with_context(|| format!("agent {}: {}", agent.cluster, agent.log_tail()))?;
+    match kind {
+        SceneKind::Mesh => {
+            let scene = Box::pin(on_mesh::MeshScene::build(binaries, dir.path())).await?;
+            Box::pin(restart_a(binaries, scene, with_wait)).await
+        }
+        SceneKind::Fixtures => {
+            let scene = Box::pin(fixtures::FixtureScene::build(binaries, dir.path())).await?;
+            Box::pin(restart_a(binaries, scene, with_wait)).await
+        }
     }
-    let id_a = cluster_a.identity(0);
-    let id_b = cluster_b.identity(0);
-    agent_b
-        .add_endpoint(endpoint(
-            ENDPOINT_B,
-            LXC_B,
-            topo.node_b.path(),
-            POD_B,
-            id_b,
-            id_a,
-        ))
-        .await?;
-    agent_a
-        .add_endpoint(endpoint(
-            ENDPOINT_A,
-            LXC_A,
-            topo.node_a.path(),
-            POD_A,
-            id_a,
-            id_b,
-        ))
-        .await?;
+}
 
-    let stream = Stream::start(&topo.pod_a, &topo.pod_b, POD_B)?;
+/// The run proper: the stream flowing, A restarted while B is late, sampled until A runs on
+/// a map holding B.
+async fn restart_a<S: Scene>(
+    binaries: &Binaries,
+    mut scene: S,
+    with_wait: bool,
+) -> anyhow::Result<RunReport> {
+    let (client, server) = scene.pods();
+    let stream = Stream::start(client, server, scene.pod_b())?;
     Wait::new("the stream flowing")
         .timeout(Duration::from_secs(10))
         .until(|| stream.received(), |received| *received >= 200)?;
-    let drops_before = agent_a.drops()?;
+    let drops_before = scene.agent_a().drops()?;
 
-    // A goes down; B's canaries vanish (its state is being re-synced); A comes back.
-    agent_a.stop();
-    for (key, _) in cluster_b.canaries() {
-        kv_b.delete(&key).await?;
-    }
+    // A goes down; B's state goes away; A comes back.
+    scene.agent_a_mut().stop();
+    scene.withdraw_b().await?;
     let wait = if with_wait { "1m" } else { "0s" };
-    agent_a.start(binaries, wait).await?;
+    scene.agent_a_mut().start(binaries, wait).await?;
     let back = Instant::now();
-    let sampler = Sampler {
-        agent: &agent_a,
-        kv_b: &kv_b,
-        cluster_b: &cluster_b,
-        back,
-        samples: Cell::default(),
-        canaries_written: Cell::new(false),
-        regenerated_at: Cell::new(None),
-    };
-    let sampled = Wait::new("endpoint A regenerated onto a map holding pod B")
-        .timeout(SAMPLING_TIMEOUT)
-        .every(SAMPLE_INTERVAL)
-        .until_async(|| sampler.sample(), |done| !matches!(done, Ok(false)))
-        .await;
-    match sampled {
-        Ok(Ok(_)) => {}
-        Ok(Err(err)) => return Err(err),
-        Err(timeout) => bail!("{timeout}; agent log:\n{}", agent_a.log_tail()),
-    }
-    let samples = sampler.samples.get();
-    let mut report = RunReport {
-        drops: 0,
+    // B is late: sample until it has been for LATE_BY, then bring it back and sample until
+    // A runs on a map holding B (and a while after).
+    let samples = Sampler::new(&scene, Samples::default())
+        .until(|_| back.elapsed() >= LATE_BY)
+        .await?;
+    scene.restore_b().await?;
+    let regenerated_at: Cell<Option<Instant>> = Cell::new(None);
+    let samples = Sampler::new(&scene, samples)
+        .until(|sample| {
+            if !(sample.regenerated && sample.has_b) {
+                return false;
+            }
+            let at = regenerated_at.get().unwrap_or_else(Instant::now);
+            regenerated_at.set(Some(at));
+            at.elapsed() >= AFTER_REGENERATION
+        })
+        .await?;
+    Ok(RunReport {
         stream: stream.finish(),
         regenerated_without_b: samples.regenerated_without_b,
         b_before_regeneration: samples.b_before_regeneration,
         waiting: samples.waiting,
-        bad_written: 0,
-    };
-    for (ip, _) in bad_entries(&cluster_b) {
-        if agent_a.ipcache_has(ip)? {
-            report.bad_written += 1;
-        }
-    }
-    report.drops = agent_a.drops()? - drops_before;
-    Ok(report)
-}
-
-fn cluster(name: &str, id: u32) -> Cluster {
-    Cluster {
-        name: name.to_owned(),
-        id,
-        sizes: Sizes {
-            nodes: 2,
-            services: 1,
-            identities: 2,
-            ipcache: 20,
-        },
-    }
-}
-
-/// Writes the cluster's Cilium state plus its pod's entry (hosted on `node`), then canaries.
-async fn seed(
-    etcd: &EtcdServer,
-    cluster: &Cluster,
-    pod: &str,
-    node: &str,
-) -> anyhow::Result<EtcdBackend> {
-    let kv = crate::load::connect(&etcd.endpoint()).await?;
-    let value = json!({
-        "IP": pod, "Mask": null, "HostIP": node, "ID": cluster.identity(0), "Key": 0,
-        "Metadata": "", "K8sNamespace": "default", "K8sPodName": format!("pod-{}", cluster.name),
-    });
-    kv.put(
-        &format!("cilium/state/ip/v1/default/{pod}"),
-        value.to_string().into_bytes(),
-    )
-    .await?;
-    // Bad input the agent must reject, count and never write: an unparsable IP, a mask
-    // longer than the family, identity 0.
-    for (ip, value) in bad_entries(cluster) {
-        kv.put(
-            &format!("cilium/state/ip/v1/default/{ip}"),
-            value.to_string().into_bytes(),
-        )
-        .await?;
-    }
-    crate::load::load(&kv, cluster).await?;
-    Ok(kv)
-}
-
-/// Bad ipcache entries, by the IP of their key.
-fn bad_entries(cluster: &Cluster) -> [(&'static str, serde_json::Value); 3] {
-    let id = cluster.identity(1);
-    [
-        (
-            "10.214.9.1",
-            json!({"IP": "10.214.9.300", "Mask": null, "HostIP": NODE_B, "ID": id}),
-        ),
-        (
-            "10.214.9.2",
-            json!({"IP": "10.214.9.2", "Mask": "/////wA=", "HostIP": NODE_B, "ID": id}),
-        ),
-        (
-            "10.214.9.3",
-            json!({"IP": "10.214.9.3", "Mask": null, "HostIP": NODE_B, "ID": 0}),
-        ),
-    ]
-}
-
-fn endpoint(
-    id: u64,
-    interface: &str,
-    netns: &std::path::Path,
-    ip: &str,
-    identity: u32,
-    allow: u32,
-) -> pb::Endpoint {
-    pb::Endpoint {
-        id,
-        interface: interface.to_owned(),
-        netns: netns.display().to_string(),
-        ips: vec![ip.to_owned()],
-        identity,
-        allowed_identities: vec![allow],
-        host: false,
-        ..pb::Endpoint::default()
-    }
+        bad_written: scene.bad_written()?,
+        drops: scene.agent_a().drops()? - drops_before,
+    })
 }
 
 /// How long after A's restart the sampling may take at most.
@@ -291,26 +216,54 @@ struct Samples {
     b_before_regeneration: u32,
 }
 
-/// Samples A's endpoint and map after its restart, writes B's canaries back once B has been
-/// late long enough, and says when the run is done. Its counters live in cells: a wait's
-/// observation borrows it only shared.
-struct Sampler<'a> {
-    agent: &'a ProofAgent,
-    kv_b: &'a EtcdBackend,
-    cluster_b: &'a Cluster,
-    back: Instant,
-    samples: Cell<Samples>,
-    canaries_written: Cell<bool>,
-    regenerated_at: Cell<Option<Instant>>,
+/// One sample of A: whether its endpoint has regenerated and whether its map holds pod B.
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    regenerated: bool,
+    has_b: bool,
 }
 
-impl Sampler<'_> {
-    /// One sample; `Ok(true)` once A regenerated onto a map holding B after B's canaries
-    /// came back, and the stream ran on it a while.
-    async fn sample(&self) -> anyhow::Result<bool> {
+/// Samples A's endpoint and map after its restart, counting what it sees. Its counters live
+/// in a cell: a wait's observation borrows it only shared.
+struct Sampler<'a, S> {
+    scene: &'a S,
+    samples: Cell<Samples>,
+}
+
+impl<'a, S: Scene> Sampler<'a, S> {
+    fn new(scene: &'a S, samples: Samples) -> Self {
+        Self {
+            scene,
+            samples: Cell::new(samples),
+        }
+    }
+
+    /// Samples every [`SAMPLE_INTERVAL`] until `done` says so (at most [`SAMPLING_TIMEOUT`]);
+    /// the counts so far.
+    async fn until(self, done: impl Fn(Sample) -> bool) -> anyhow::Result<Samples> {
+        let sampled = Wait::new("endpoint A regenerated onto a map holding pod B")
+            .timeout(SAMPLING_TIMEOUT)
+            .every(SAMPLE_INTERVAL)
+            .until_async(
+                || self.sample(),
+                |sample| match sample {
+                    Ok(sample) => done(*sample),
+                    Err(_) => true,
+                },
+            )
+            .await;
+        match sampled {
+            Ok(Ok(_)) => Ok(self.samples.get()),
+            Ok(Err(err)) => Err(err),
+            Err(timeout) => bail!("{timeout}; agent log:\n{}", self.scene.agent_a().log_tail()),
+        }
+    }
+
+    async fn sample(&self) -> anyhow::Result<Sample> {
         // The endpoint's state first, then the map: a regenerated endpoint must find B there.
-        let state = self.agent.endpoint(ENDPOINT_A).await?;
-        let has_b = self.agent.ipcache_has(POD_B)?;
+        let agent = self.scene.agent_a();
+        let state = agent.endpoint(self.scene.endpoint_a()).await?;
+        let has_b = agent.ipcache_has(self.scene.pod_b())?;
         let regenerated = state
             .as_ref()
             .is_some_and(|(_, generation)| *generation > 0);
@@ -324,16 +277,6 @@ impl Sampler<'_> {
             _ => {}
         }
         self.samples.set(samples);
-        if !self.canaries_written.get() && self.back.elapsed() >= LATE_BY {
-            self.kv_b.put_many(self.cluster_b.canaries(), 100).await?;
-            self.canaries_written.set(true);
-        }
-        if regenerated && has_b && self.canaries_written.get() {
-            let at = self.regenerated_at.get().unwrap_or_else(Instant::now);
-            self.regenerated_at.set(Some(at));
-            // Keep the stream going a while on the regenerated program.
-            return Ok(at.elapsed() >= AFTER_REGENERATION);
-        }
-        Ok(false)
+        Ok(Sample { regenerated, has_b })
     }
 }

@@ -146,5 +146,11 @@ fn receive(mut incoming: TcpStream, stop: &AtomicBool, received: &AtomicU64) -> 
             }
         }
     }
+    // A stream that stalled for good has no later arrival to show the pause: count it here.
+    let pause = last.elapsed();
+    report.longest_pause = report.longest_pause.max(pause);
+    if pause > GAP {
+        report.gaps += 1;
+    }
     report
 }

@@ -1,5 +1,5 @@
-//! One proof agent: a real `meshwork-agent` process with its own state dir, bpffs root and
-//! clustermesh config, and its gRPC API.
+//! One node's agent for the proof and the demo: a real `meshwork-agent` process with its own
+//! state dir, bpffs root and clustermesh config, restartable, and its gRPC API.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -20,34 +20,41 @@ use crate::binaries::Binaries;
 /// How long an agent may take to answer its first status request once it says it runs.
 const API_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// A proof agent's fixed parts (kept across its restarts).
-pub struct ProofAgent {
-    /// The local cluster's name.
-    pub cluster: String,
+/// A node agent's fixed parts (kept across its restarts).
+pub struct NodeAgent {
+    /// What it is called in messages (its node's name).
+    pub name: String,
+    cluster: String,
     cluster_id: u32,
     dir: PathBuf,
+    flags: Vec<String>,
     bpf: BpfRoot,
     process: Option<AgentProcess>,
     starts: u32,
 }
 
-impl ProofAgent {
-    /// An agent of `cluster` watching the remote `remote` at `remote_endpoint`.
+impl NodeAgent {
+    /// The agent `name` of `cluster`, keeping its files in `<dir>/<name>`, watching each of
+    /// `remotes` (cluster name, etcd endpoint), run with `flags` besides its own.
     pub fn new(
         dir: &Path,
-        cluster: &str,
-        cluster_id: u32,
-        remote: &str,
-        remote_endpoint: &str,
+        name: &str,
+        (cluster, cluster_id): (&str, u32),
+        remotes: &[(String, String)],
+        flags: Vec<String>,
     ) -> anyhow::Result<Self> {
-        let dir = dir.join(cluster);
+        let dir = dir.join(name);
         let config = dir.join("clustermesh");
         std::fs::create_dir_all(&config)?;
-        meshwork_lab::agent::write_cluster_config(&config, remote, remote_endpoint)?;
+        for (remote, endpoint) in remotes {
+            meshwork_lab::agent::write_cluster_config(&config, remote, endpoint)?;
+        }
         Ok(Self {
+            name: name.to_owned(),
             cluster: cluster.to_owned(),
             cluster_id,
             dir,
+            flags,
             bpf: BpfRoot::new()?,
             process: None,
             starts: 0,
@@ -65,15 +72,20 @@ impl ProofAgent {
         )
         .clustermesh_config(&self.dir.join("clustermesh"))
         .bpf_root(self.bpf.path())
-        .flags([format!(
+        .flags(self.flags.iter().cloned().chain([format!(
             "--clustermesh-ip-identities-sync-timeout={wait_timeout}"
-        )])
+        )]))
         .log_name(&format!("agent-{}.log", self.starts))
     }
 
     /// The API socket.
     pub fn socket(&self) -> PathBuf {
         self.dir.join("state").join("agent.sock")
+    }
+
+    /// Its clustermesh config directory (one file per remote cluster).
+    pub fn clustermesh_config(&self) -> PathBuf {
+        self.dir.join("clustermesh")
     }
 
     /// Where its maps are pinned.
@@ -87,11 +99,11 @@ impl ProofAgent {
         self.starts += 1;
         let options = self.options(binaries, wait_timeout);
         let process = AgentProcess::start(&options)
-            .with_context(|| format!("starting agent {}", self.cluster))?;
+            .with_context(|| format!("starting agent {}", self.name))?;
         let log = process.log().to_owned();
         self.process = Some(process);
         let socket = options.socket();
-        Wait::new(format!("agent {}'s API", self.cluster))
+        Wait::new(format!("agent {}'s API", self.name))
             .timeout(API_TIMEOUT)
             .some_async(|| {
                 let socket = socket.clone();
@@ -101,7 +113,7 @@ impl ProofAgent {
             .with_context(|| {
                 format!(
                     "agent {} did not serve its API; log {}",
-                    self.cluster,
+                    self.name,
                     log.display()
                 )
             })?;
@@ -135,15 +147,21 @@ impl ProofAgent {
         Ok(())
     }
 
-    /// The endpoint `id`'s (state, generation).
-    pub async fn endpoint(&self, id: u64) -> anyhow::Result<Option<(String, u64)>> {
+    /// Its endpoints as the API lists them.
+    pub async fn endpoints(&self) -> anyhow::Result<Vec<pb::EndpointStatus>> {
         let channel = meshwork_proto::connect_unix(&self.socket()).await?;
-        let list = DatapathClient::new(channel)
+        Ok(DatapathClient::new(channel)
             .list_endpoints(pb::ListEndpointsRequest {})
             .await?
-            .into_inner();
-        Ok(list
-            .endpoints
+            .into_inner()
+            .endpoints)
+    }
+
+    /// The endpoint `id`'s (state, generation).
+    pub async fn endpoint(&self, id: u64) -> anyhow::Result<Option<(String, u64)>> {
+        Ok(self
+            .endpoints()
+            .await?
             .into_iter()
             .find(|e| e.endpoint.as_ref().is_some_and(|e| e.id == id))
             .map(|e| (e.state, e.generation)))
@@ -165,17 +183,24 @@ impl ProofAgent {
 
     /// Whether the pinned ipcache holds `ip` now.
     pub fn ipcache_has(&self, ip: &str) -> anyhow::Result<bool> {
-        let key = IpCacheKey::parse(ip, 0)?;
-        Ok(self
-            .pins()
-            .open_ipcache()?
-            .entries()?
+        Ok(self.ipcache_holds(&[ip])? == 1)
+    }
+
+    /// How many of `ips` the pinned ipcache holds now (one read of the map).
+    pub fn ipcache_holds(&self, ips: &[&str]) -> anyhow::Result<usize> {
+        let keys = ips
             .iter()
-            .any(|(k, _)| *k == key))
+            .map(|ip| IpCacheKey::parse(ip, 0))
+            .collect::<Result<Vec<_>, _>>()?;
+        let entries = self.pins().open_ipcache()?.entries()?;
+        Ok(keys
+            .iter()
+            .filter(|key| entries.iter().any(|(k, _)| k == *key))
+            .count())
     }
 }
 
-impl Drop for ProofAgent {
+impl Drop for NodeAgent {
     fn drop(&mut self) {
         self.stop();
     }

@@ -1,4 +1,4 @@
-//! The proof's network: two nodes (one per cluster) joined by a veth underlay, and a pod on
+//! The fixture scene's network: two nodes (one per cluster) joined by a veth underlay, and a pod on
 //! each behind a veth whose host side carries the endpoint program. All inside lab
 //! namespaces; the root namespace only holds the lab's `unreachable` guard routes.
 
