@@ -10,7 +10,7 @@ use std::net::IpAddr;
 use std::time::{Duration, SystemTime};
 
 use meshwork_kvstore::{EtcdBackend, KvstoreError, WatchEvent};
-use meshwork_types::keys::{IDENTITY_ID_PREFIX, NODES_PREFIX};
+use meshwork_types::keys::IDENTITY_ID_PREFIX;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{Instant, MissedTickBehavior};
 
@@ -147,18 +147,15 @@ impl Exporter {
             settings.max_connected_clusters,
         );
         let identity_prefix = format!("{IDENTITY_ID_PREFIX}/");
-        let node_prefix = format!("{NODES_PREFIX}/{}/", settings.cluster);
-        let mut adopted_nodes = Vec::new();
         for (key, value) in &found {
             if let Some(id) = key
                 .strip_prefix(&identity_prefix)
                 .and_then(|id| id.parse().ok())
             {
                 state.restore_identity(id, &String::from_utf8_lossy(value), now);
-            } else if let Some(node) = key.strip_prefix(&node_prefix) {
-                adopted_nodes.push(node.to_owned());
             }
         }
+        let adopted_nodes = state.adopt(&found, now);
         // The restored identities are written already.
         let _ = state.take_changes();
         let canaries_written = control_keys::canaries(&settings.cluster, SystemTime::now())
@@ -321,6 +318,7 @@ impl Exporter {
             Command::InitialStateComplete(session, reply) => {
                 if self.current(&session) {
                     self.sync.session_complete(&session.node);
+                    self.state.claim_adopted(&session.node);
                     self.answer_after_write(reply, ());
                 }
             }

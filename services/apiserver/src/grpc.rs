@@ -11,7 +11,7 @@ use pb::publish_request::Request as Publish;
 use pb::publish_response::Response as Answer;
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::{Request, Response, Status, Streaming};
+use tonic::{Code, Request, Response, Status, Streaming};
 
 use crate::exporter::{Command, Session};
 use crate::metrics::ApiserverMetrics;
@@ -20,6 +20,9 @@ use crate::validate::{self, Invalid};
 
 /// Answers queued per session before the session waits for its client to read them.
 const SESSION_QUEUE: usize = 256;
+/// The largest request accepted (tonic's default, made explicit): a node or an endpoint is a
+/// few hundred bytes, so anything near this is not one.
+pub const MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
 
 /// The service; clones share the loop and the metrics.
 #[derive(Debug, Clone)]
@@ -70,9 +73,18 @@ impl ExportService {
         }
     }
 
-    /// The tonic server wrapper.
+    /// The tonic server wrapper; a request larger than [`MAX_MESSAGE_BYTES`] is refused.
     pub fn into_server(self) -> pb::export_server::ExportServer<Self> {
-        pb::export_server::ExportServer::new(self)
+        pb::export_server::ExportServer::new(self).max_decoding_message_size(MAX_MESSAGE_BYTES)
+    }
+
+    /// A failure to read a publish stream's next message; an oversized one (tonic answers
+    /// `OUT_OF_RANGE` for it) is counted.
+    fn inbound_error(&self, status: Status) -> Status {
+        if matches!(status.code(), Code::OutOfRange | Code::ResourceExhausted) {
+            self.metrics.refuse("oversized");
+        }
+        status
     }
 
     fn invalid(&self, err: &Invalid) -> Status {
@@ -207,7 +219,7 @@ async fn run_session(
                 }
             }
             Ok(None) => break Ok(()),
-            Err(status) => break Err(status),
+            Err(status) => break Err(service.inbound_error(status)),
         }
     };
     if let Err(status) = ended {
@@ -249,10 +261,14 @@ impl pb::export_server::Export for ExportService {
     ) -> Result<Response<Self::PublishStream>, Status> {
         let certificates = request.peer_certs();
         let mut inbound = request.into_inner();
-        let first = inbound.message().await?.ok_or_else(|| {
-            self.metrics.refuse("no_node");
-            Status::invalid_argument("the session ended before it published its node")
-        })?;
+        let first = inbound
+            .message()
+            .await
+            .map_err(|status| self.inbound_error(status))?
+            .ok_or_else(|| {
+                self.metrics.refuse("no_node");
+                Status::invalid_argument("the session ended before it published its node")
+            })?;
         let Some(Publish::Node(node)) = first.request else {
             self.metrics.refuse("no_node");
             return Err(Status::invalid_argument(

@@ -155,6 +155,8 @@ pub struct ClusterState {
     services: BTreeMap<(String, String), ServiceSpec>,
     desired: BTreeMap<String, Vec<u8>>,
     dirty: BTreeSet<String>,
+    /// What a previous apiserver wrote, not yet claimed ([`adopted`]).
+    adopted: adopted::AdoptedGroups,
 }
 
 /// One key to write (`Some`) or delete (`None`).
@@ -171,6 +173,7 @@ impl ClusterState {
             services: BTreeMap::new(),
             desired: BTreeMap::new(),
             dirty: BTreeSet::new(),
+            adopted: adopted::AdoptedGroups::new(),
         }
     }
 
@@ -296,8 +299,9 @@ impl ClusterState {
 
     /// Deletes `node` and everything it published; `false` when unknown.
     pub fn delete_node(&mut self, node: &str, now: Instant) -> bool {
+        let adopted = self.delete_adopted(node);
         let Some(entry) = self.nodes.remove(node) else {
-            return false;
+            return adopted;
         };
         for (id, (endpoint, identity)) in entry.endpoints {
             self.identities
@@ -328,6 +332,8 @@ impl ClusterState {
         for node in &gone {
             self.delete_node(node, now);
         }
+        let mut gone = gone;
+        gone.extend(self.collect_adopted(now, node_grace));
         for id in self.identities.collect_garbage(now, identity_interval) {
             self.set(identity_key(id), None);
         }
@@ -549,5 +555,6 @@ pub fn service_key(cluster: &str, namespace: &str, name: &str) -> String {
     format!("{SERVICES_PREFIX}/{cluster}/{namespace}/{name}")
 }
 
+mod adopted;
 #[cfg(test)]
 mod tests;

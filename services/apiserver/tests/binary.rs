@@ -26,6 +26,7 @@ use common::apiserver::{
     Agent, DEADLINE, NODE_GC_GRACE, channel, http_get, node, start, wait_readyz,
 };
 use common::{connect, events_since};
+use meshwork_apiserver::grpc::MAX_MESSAGE_BYTES;
 use meshwork_kvstore::EtcdBackend;
 use meshwork_lab::etcd::EtcdServer;
 use meshwork_lab::wait::Wait;
@@ -245,10 +246,30 @@ async fn publish_restart_gone_agents_bad_input_and_sigterm() {
         err.message().contains("\"10.1.4.0/33\" is not a CIDR"),
         "{err:?}"
     );
+    // An oversized message: refused before it is decoded, and counted.
+    let mut huge = node("n5", 5);
+    huge.labels = [("big".to_owned(), "x".repeat(MAX_MESSAGE_BYTES))].into();
+    let (requests, rx) = mpsc::channel(1);
+    requests
+        .send(pb::PublishRequest {
+            request: Some(Publish::Node(huge)),
+        })
+        .await
+        .unwrap();
+    drop(requests);
+    let Err(err) = client.publish(ReceiverStream::new(rx)).await else {
+        panic!("a 4 MiB node was accepted");
+    };
+    assert_eq!(err.code(), Code::OutOfRange, "{err:?}");
+    assert!(err.message().contains("too large"), "{err:?}");
     let (_, metrics) = http_get(apiserver.metrics, "/metrics").await;
     assert!(
         metrics
             .contains("meshwork_apiserver_refused_requests_total{reason=\"invalid_node_name\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("meshwork_apiserver_refused_requests_total{reason=\"oversized\"} 1"),
         "{metrics}"
     );
     let events = events_since(&backend, before + 1).await;
@@ -288,6 +309,77 @@ async fn publish_restart_gone_agents_bad_input_and_sigterm() {
     );
     assert!(key_exists(&backend, "cilium/synced/c1/cilium/state/ip/v1").await);
     assert!(key_exists(&backend, "cilium/cluster-config/c1").await);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs real etcd: `cargo xtask test` runs it"]
+async fn after_a_restart_what_no_agent_claims_goes_an_absent_node_after_the_grace() {
+    let etcd = EtcdServer::start().unwrap();
+    let backend = connect(&etcd).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut apiserver = start(&etcd.endpoint(), dir.path(), None);
+    let agents = [
+        Agent::publish(apiserver.grpc, "n1", 1, 3).await.unwrap(),
+        Agent::publish(apiserver.grpc, "n2", 2, 2).await.unwrap(),
+        Agent::publish(apiserver.grpc, "n3", 3, 1).await.unwrap(),
+    ];
+    wait_readyz(apiserver.health, DEADLINE).await.unwrap();
+    drop(agents);
+    apiserver.process.signal(Signal::SIGKILL).unwrap();
+    Wait::new("the apiserver to die")
+        .timeout(DEADLINE)
+        .some(|| apiserver.process.exit_status())
+        .unwrap();
+
+    // Restarted: n1 comes back without its third endpoint (deleted while the apiserver was
+    // away), n2 never comes back, n3 is deleted by hand.
+    let ports = (apiserver.grpc, apiserver.health, apiserver.metrics);
+    let apiserver = start(&etcd.endpoint(), dir.path(), Some(ports));
+    let restarted = tokio::time::Instant::now();
+    let out = meshctl(
+        &format!("127.0.0.1:{}", apiserver.grpc),
+        &["node", "delete", "n3"],
+        &[],
+    );
+    assert_eq!(
+        out,
+        (
+            0,
+            "node n3 deleted, with its entries\n".to_owned(),
+            String::new()
+        )
+    );
+    assert!(!key_exists(&backend, "cilium/state/nodes/v1/c1/n3").await);
+    assert!(!key_exists(&backend, "cilium/state/ip/v1/default/10.1.3.1").await);
+    let _n1 = Agent::publish(apiserver.grpc, "n1", 1, 2).await.unwrap();
+    assert!(
+        !key_exists(&backend, "cilium/state/ip/v1/default/10.1.1.3").await,
+        "n1's republished state is complete: what it no longer has is gone"
+    );
+    assert!(key_exists(&backend, "cilium/state/ip/v1/default/10.1.1.2").await);
+    assert!(
+        key_exists(&backend, "cilium/state/ip/v1/default/10.1.2.1").await,
+        "n2 is waited for"
+    );
+    let gone = Wait::new("n2's entries deleted after the grace")
+        .timeout(DEADLINE)
+        .every(Duration::from_millis(100))
+        .until_async(
+            || key_exists(&backend, "cilium/state/nodes/v1/c1/n2"),
+            |exists| !exists,
+        )
+        .await;
+    assert!(
+        gone.is_ok(),
+        "{gone:?}; log:\n{}",
+        apiserver.process.log_tail()
+    );
+    assert!(restarted.elapsed() >= NODE_GC_GRACE - Duration::from_millis(500));
+    for ip in ["10.1.2.1", "10.1.2.2"] {
+        let key = format!("cilium/state/ip/v1/default/{ip}");
+        assert!(!key_exists(&backend, &key).await, "{key}");
+    }
+    assert!(key_exists(&backend, "cilium/state/ip/v1/default/10.1.1.1").await);
 }
 
 #[tokio::test(flavor = "multi_thread")]

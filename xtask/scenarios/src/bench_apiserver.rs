@@ -30,7 +30,7 @@ use pb::publish_response::Response as Answer;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::measure::{Rounds, back_to_back, ms, odd_rounds, peak_rss_mib, quantile};
+use crate::measure::{Rounds, back_to_back, cpu_time, ms, odd_rounds, peak_rss_mib, quantile};
 
 const GOAL_RATIO: f64 = 1.30;
 const GOAL_P99_MS: f64 = 10.0;
@@ -200,11 +200,18 @@ async fn seeded_etcd(nodes: &[KeyChange]) -> anyhow::Result<(EtcdServer, EtcdBac
     Ok((server, backend))
 }
 
-/// The floor: the fleet's ipcache entries and identities, raw, from one client.
-async fn floor_round(backend: &EtcdBackend, keys: &[KeyChange]) -> anyhow::Result<Duration> {
+/// The floor: the fleet's ipcache entries and identities, raw, from one client; with the
+/// CPU its etcd spent.
+async fn floor_round(
+    etcd: &EtcdServer,
+    backend: &EtcdBackend,
+    keys: &[KeyChange],
+) -> anyhow::Result<(Duration, Duration)> {
+    let etcd_cpu = cpu_time(etcd.pid().unwrap_or(0));
     let started = Instant::now();
     raw_write(backend, keys).await?;
-    Ok(started.elapsed())
+    let elapsed = started.elapsed();
+    Ok((elapsed, cpu_time(etcd.pid().unwrap_or(0)) - etcd_cpu))
 }
 
 /// A running apiserver binary.
@@ -297,18 +304,35 @@ async fn publish_agent(port: u16, k: u32, endpoints: u32) -> anyhow::Result<()> 
     Ok(())
 }
 
+/// What a subject round measured besides its time.
+struct Subject {
+    elapsed: Duration,
+    rss_mib: u64,
+    /// CPU spent from the first connect to the canaries: (etcd, apiserver, this process).
+    cpu: (Duration, Duration, Duration),
+    apiserver: Apiserver,
+}
+
 /// The subject: every agent publishing at once, first connect to canaries written.
 async fn subject_round(
     binary: &Path,
     etcd: &EtcdServer,
     dir: &Path,
     args: &Args,
-) -> anyhow::Result<(Duration, u64, Apiserver)> {
+) -> anyhow::Result<Subject> {
     let apiserver = start_apiserver(binary, etcd, dir)?;
     ensure!(
         !readyz(apiserver.health).await,
         "ready before anyone published"
     );
+    let cpu = || {
+        (
+            cpu_time(etcd.pid().unwrap_or(0)),
+            cpu_time(apiserver.process.pid()),
+            cpu_time(std::process::id()),
+        )
+    };
+    let before = cpu();
     let started = Instant::now();
     let agents: Vec<_> = (0..args.agents)
         .map(|k| tokio::spawn(publish_agent(apiserver.grpc, k, args.endpoints)))
@@ -324,8 +348,13 @@ async fn subject_round(
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     let elapsed = started.elapsed();
-    let rss = peak_rss_mib(Some(apiserver.process.pid()));
-    Ok((elapsed, rss, apiserver))
+    let after = cpu();
+    Ok(Subject {
+        elapsed,
+        rss_mib: peak_rss_mib(Some(apiserver.process.pid())),
+        cpu: (after.0 - before.0, after.1 - before.1, after.2 - before.2),
+        apiserver,
+    })
 }
 
 /// One agent adds `changes` endpoints at 1,000 per second; each one's latency from its send
@@ -426,23 +455,31 @@ pub async fn run(args: Args, binary: &Path) -> anyhow::Result<()> {
         // Each side on its own fresh etcd, seeded with the nodes.
         let (floor_etcd, floor_backend) = seeded_etcd(&nodes).await?;
         let (subject_etcd, subject_backend) = seeded_etcd(&nodes).await?;
-        let (floor, (subject, rss, apiserver)) = back_to_back(
+        let ((floor, floor_cpu), run) = back_to_back(
             round,
-            || floor_round(&floor_backend, &keys),
+            || floor_round(&floor_etcd, &floor_backend, &keys),
             || subject_round(binary, &subject_etcd, dir.path(), &args),
         )
         .await?;
         drop((floor_etcd, floor_backend));
+        let subject = run.elapsed;
         let ratio = subject.as_secs_f64() / floor.as_secs_f64();
-        rss_mib = rss_mib.max(rss);
+        rss_mib = rss_mib.max(run.rss_mib);
+        let (etcd_cpu, apiserver_cpu, clients_cpu) = run.cpu;
         println!(
-            "round {}: floor {:.0} ms, apiserver {:.0} ms, ratio {ratio:.2}, apiserver peak RSS {rss} MiB",
+            "round {}: floor {:.0} ms (etcd CPU {:.0} ms), apiserver {:.0} ms (CPU: etcd {:.0} ms, \
+             apiserver {:.0} ms, agents' clients {:.0} ms), ratio {ratio:.2}, apiserver peak RSS {} MiB",
             round + 1,
             ms(floor),
-            ms(subject)
+            ms(floor_cpu),
+            ms(subject),
+            ms(etcd_cpu),
+            ms(apiserver_cpu),
+            ms(clients_cpu),
+            run.rss_mib
         );
         rounds.push(ratio, Figures { floor, subject });
-        last = Some((apiserver, subject_etcd, subject_backend));
+        last = Some((run.apiserver, subject_etcd, subject_backend));
     }
     let (apiserver, _etcd, backend) = last.context("no round ran")?;
     let latencies = latency(&apiserver, &backend, args.latency_changes).await?;

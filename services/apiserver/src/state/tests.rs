@@ -242,3 +242,103 @@ fn a_shared_service_has_the_matching_endpoints_as_backends() {
     assert!(state.delete_service("default", "web"));
     assert!(!state.delete_service("default", "web"));
 }
+
+/// What a previous apiserver wrote for [`one_web_endpoint`] plus a second endpoint
+/// (10.1.1.8) and an entry whose host is no node (10.9.9.9).
+fn found_in_etcd() -> BTreeMap<String, Vec<u8>> {
+    let now = Instant::now();
+    let mut before = one_web_endpoint(now);
+    before
+        .put_endpoint("n1", endpoint(8, "10.1.1.8", "web"), now)
+        .unwrap();
+    let mut found = before.desired().clone();
+    found.insert(
+        "cilium/state/ip/v1/default/10.9.9.9".to_owned(),
+        br#"{"IP":"10.9.9.9","Mask":null,"HostIP":"192.0.2.99","ID":65536,"Key":0,"Metadata":"","K8sNamespace":"","K8sPodName":""}"#.to_vec(),
+    );
+    found
+}
+
+#[test]
+fn an_adopted_node_that_returns_claims_its_keys_and_what_it_no_longer_has_is_deleted() {
+    let now = Instant::now();
+    let found = found_in_etcd();
+    let mut state = ClusterState::new("c1", 1, 255);
+    assert_eq!(state.adopt(&found, now), ["n1"]);
+    assert_eq!(state.adopted_nodes().collect::<Vec<_>>(), ["n1"]);
+    // n1 comes back with endpoint 7 only (8 was deleted while the apiserver was away).
+    state
+        .publish_node(node("n1", "192.0.2.1", "10.1.1.0/24"))
+        .unwrap();
+    state
+        .put_endpoint("n1", endpoint(7, "10.1.1.7", "web"), now)
+        .unwrap();
+    let _ = state.take_changes();
+    state.claim_adopted("n1");
+    assert_eq!(
+        keys(&state.take_changes()),
+        [("cilium/state/ip/v1/default/10.1.1.8", false)],
+        "only what n1 no longer has goes"
+    );
+    assert_eq!(state.adopted_nodes().count(), 0);
+}
+
+#[test]
+fn an_adopted_node_that_never_returns_goes_after_the_grace_and_so_do_entries_of_no_node() {
+    let now = Instant::now();
+    let grace = Duration::from_secs(900);
+    let mut state = ClusterState::new("c1", 1, 255);
+    state.adopt(&found_in_etcd(), now);
+    assert!(
+        state
+            .collect_garbage(now + grace - Duration::from_secs(1), grace, grace * 4)
+            .is_empty()
+    );
+    assert!(
+        state.take_changes().is_empty(),
+        "nothing goes before the grace"
+    );
+    let gone = state.collect_garbage(now + grace, grace, grace * 4);
+    assert_eq!(gone, ["n1"]);
+    assert_eq!(
+        keys(&state.take_changes()),
+        [
+            ("cilium/state/ip/v1/default/10.1.1.7", false),
+            ("cilium/state/ip/v1/default/10.1.1.8", false),
+            ("cilium/state/ip/v1/default/10.9.9.9", false),
+            ("cilium/state/nodes/v1/c1/n1", false),
+        ]
+    );
+}
+
+#[test]
+fn an_adopted_node_can_be_deleted_at_once_and_a_returned_one_is_not_collected() {
+    let now = Instant::now();
+    let grace = Duration::from_secs(900);
+    let mut state = ClusterState::new("c1", 1, 255);
+    state.adopt(&found_in_etcd(), now);
+    assert!(state.delete_node("n1", now), "an adopted node is known");
+    let changes = state.take_changes();
+    let deleted = keys(&changes);
+    assert!(
+        deleted.contains(&("cilium/state/nodes/v1/c1/n1", false)),
+        "{deleted:?}"
+    );
+    assert!(!state.delete_node("n1", now), "and then it is gone");
+
+    // A node back (connected, initial state not complete yet) is not collected.
+    let mut state = ClusterState::new("c1", 1, 255);
+    state.adopt(&found_in_etcd(), now);
+    state
+        .publish_node(node("n1", "192.0.2.1", "10.1.1.0/24"))
+        .unwrap();
+    let _ = state.take_changes();
+    let gone = state.collect_garbage(now + grace, grace, grace * 4);
+    assert!(gone.is_empty(), "{gone:?}");
+    let deletes: Vec<_> = state
+        .take_changes()
+        .into_iter()
+        .filter(|(k, v)| v.is_none() && k.contains("10.1.1."))
+        .collect();
+    assert!(deletes.is_empty(), "n1's entries stay: {deletes:?}");
+}
