@@ -7,7 +7,8 @@
 //! - the agent restarted republishes its restored endpoint: a reader sees no event but the
 //!   heartbeat;
 //! - the apiserver gone: the agent keeps serving its datapath, says so in its status, and
-//!   reconnects once the apiserver is back.
+//!   reconnects once the apiserver is back;
+//! - with WireGuard on, the node is published with its device's public key.
 
 mod common;
 
@@ -370,4 +371,72 @@ async fn over_mtls_the_agent_publishes_only_as_its_certificates_cn() {
     as_itself.stop(Duration::from_secs(5));
     as_another.stop(Duration::from_secs(5));
     apiserver.shutdown_background();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs real etcd, network namespaces and wireguard-go: `cargo xtask test` runs it"]
+async fn with_wireguard_on_the_node_is_published_with_the_devices_public_key() {
+    use meshwork_proto::agent::v1::encrypt_client::EncryptClient;
+
+    let etcd = EtcdServer::start().unwrap();
+    let backend = common::connect(&etcd).await;
+    let (addr, server) =
+        tokio::task::block_in_place(|| apiserver(&etcd, "127.0.0.1:0".parse().unwrap()));
+    let lab = LabNet::new().unwrap();
+    let node = lab.netns("pub-wg").unwrap();
+    // wireguard-go runs inside the node namespace, never in the root one.
+    let dir = tempfile::tempdir().unwrap();
+    let wrapper = dir.path().join("wireguard-go-in-ns");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nexec nsenter --net={} wireguard-go \"$@\"\n",
+            node.path().display()
+        ),
+    )
+    .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let device = meshwork_lab::wireguard::unique_device_name();
+    let options = AgentOptions::new(
+        Path::new(env!("CARGO_BIN_EXE_meshwork-agent")),
+        "c1",
+        1,
+        &dir.path().join("state"),
+    )
+    .flags([
+        "--enable-wireguard".to_owned(),
+        format!("--wireguard-device={device}"),
+        "--wireguard-userspace-fallback".to_owned(),
+        format!("--wireguard-userspace-bin={}", wrapper.display()),
+        format!("--apiserver-addr={addr}"),
+        "--node-name=n1".to_owned(),
+        "--node-ip=192.0.2.1".to_owned(),
+    ]);
+    let mut agent = AgentProcess::start(&options).unwrap();
+    let socket = agent.socket().to_owned();
+    let channel = connect_unix(&socket).await.unwrap();
+    let device_key = EncryptClient::new(channel)
+        .status(pb::EncryptStatusRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .public_key;
+    assert_eq!(device_key.len(), 44, "a base64 key: {device_key:?}");
+    let published = eventually_async(
+        "n1 in etcd",
+        || backend.get("cilium/state/nodes/v1/c1/n1"),
+        |got| matches!(got, Ok(Some(_))),
+    )
+    .await;
+    let (value, _) = published.unwrap().unwrap();
+    let value: serde_json::Value = serde_json::from_slice(&value).unwrap();
+    assert_eq!(
+        value["WireguardPubKey"], device_key,
+        "the node carries its device's key: {value}"
+    );
+    agent.stop(Duration::from_secs(5));
+    server.shutdown_background();
 }
