@@ -75,8 +75,14 @@ pub struct Session {
 pub enum Command {
     /// A session published (or republished) its node; it becomes the node's session.
     PublishNode(Session, NodeSpec, oneshot::Sender<Result<(), Refused>>),
-    /// An endpoint of the session's node, created or changed; answered with its identity.
-    PutEndpoint(Session, EndpointSpec, oneshot::Sender<Result<u32, Refused>>),
+    /// Endpoints of the session's node, created or changed, in order; answered with the
+    /// identity of each, up to and including the first one refused (the rest are not
+    /// applied).
+    PutEndpoints(
+        Session,
+        Vec<EndpointSpec>,
+        oneshot::Sender<Vec<Result<u32, Refused>>>,
+    ),
     /// An endpoint of the session's node deleted.
     DeleteEndpoint(Session, u64),
     /// The session has sent all it had at its start; answered once that is written.
@@ -305,9 +311,18 @@ impl Exporter {
                 }
                 let _ = reply.send(result);
             }
-            Command::PutEndpoint(session, endpoint, reply) => {
+            Command::PutEndpoints(session, endpoints, reply) => {
                 if self.current(&session) {
-                    let _ = reply.send(self.state.put_endpoint(&session.node, endpoint, now));
+                    let mut answers = Vec::with_capacity(endpoints.len());
+                    for endpoint in endpoints {
+                        let answer = self.state.put_endpoint(&session.node, endpoint, now);
+                        let refused = answer.is_err();
+                        answers.push(answer);
+                        if refused {
+                            break;
+                        }
+                    }
+                    let _ = reply.send(answers);
                 }
             }
             Command::DeleteEndpoint(session, id) => {

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use futures::FutureExt as _;
 use meshwork_proto::apiserver::v1 as pb;
 use pb::publish_request::Request as Publish;
 use pb::publish_response::Response as Answer;
@@ -15,11 +16,13 @@ use tonic::{Code, Request, Response, Status, Streaming};
 
 use crate::exporter::{Command, Session};
 use crate::metrics::ApiserverMetrics;
-use crate::state::{Refused, ServiceSpec};
+use crate::state::{EndpointSpec, Refused, ServiceSpec};
 use crate::validate::{self, Invalid};
 
 /// Answers queued per session before the session waits for its client to read them.
 const SESSION_QUEUE: usize = 256;
+/// Messages of one session taken together, at most.
+const MAX_BATCH: usize = 256;
 /// The largest request accepted (tonic's default, made explicit): a node or an endpoint is a
 /// few hundred bytes, so anything near this is not one.
 pub const MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
@@ -114,7 +117,66 @@ impl ExportService {
         answer.await.map_err(|_| shutting_down())
     }
 
-    /// One message of `session`; an answer goes to `out`.
+    /// Messages of `session` in order; runs of endpoints go to the loop as one command.
+    async fn handle_batch(
+        &self,
+        session: &Session,
+        batch: Vec<pb::PublishRequest>,
+        out: &mpsc::Sender<Result<pb::PublishResponse, Status>>,
+    ) -> Result<(), Status> {
+        let mut run = Vec::new();
+        for message in batch {
+            if let Some(Publish::Endpoint(endpoint)) = &message.request {
+                match validate::endpoint(endpoint) {
+                    Ok(spec) => {
+                        run.push(spec);
+                        continue;
+                    }
+                    Err(err) => {
+                        // What came before the bad one is applied, nothing after it.
+                        self.put_endpoints(session, run, out).await?;
+                        return Err(self.invalid(&err));
+                    }
+                }
+            }
+            self.put_endpoints(session, std::mem::take(&mut run), out)
+                .await?;
+            self.handle(session, message, out).await?;
+        }
+        self.put_endpoints(session, run, out).await
+    }
+
+    /// Puts `specs` (in order) and answers each one's identity, up to the first refused.
+    async fn put_endpoints(
+        &self,
+        session: &Session,
+        specs: Vec<EndpointSpec>,
+        out: &mpsc::Sender<Result<pb::PublishResponse, Status>>,
+    ) -> Result<(), Status> {
+        if specs.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<u64> = specs.iter().map(|spec| spec.id).collect();
+        let answers = self
+            .ask(|reply| Command::PutEndpoints(session.clone(), specs, reply))
+            .await
+            .map_err(|_| replaced(session))?;
+        for (endpoint_id, answer) in ids.into_iter().zip(answers) {
+            let identity = answer.map_err(|e| self.refused(&e))?;
+            let response = pb::PublishResponse {
+                response: Some(Answer::Identity(pb::EndpointIdentity {
+                    endpoint_id,
+                    identity,
+                })),
+            };
+            out.send(Ok(response))
+                .await
+                .map_err(|_| Status::cancelled("the client went"))?;
+        }
+        Ok(())
+    }
+
+    /// One message of `session` other than an endpoint; an answer goes to `out`.
     async fn handle(
         &self,
         session: &Session,
@@ -139,16 +201,7 @@ impl ExportService {
             }
             Some(Publish::Endpoint(endpoint)) => {
                 let spec = validate::endpoint(&endpoint).map_err(|e| self.invalid(&e))?;
-                let id = spec.id;
-                let identity = self
-                    .ask(|reply| Command::PutEndpoint(session.clone(), spec, reply))
-                    .await
-                    .map_err(|_| replaced(session))?
-                    .map_err(|e| self.refused(&e))?;
-                Some(Answer::Identity(pb::EndpointIdentity {
-                    endpoint_id: id,
-                    identity,
-                }))
+                return self.put_endpoints(session, vec![spec], out).await;
             }
             Some(Publish::DeletedEndpoint(id)) => {
                 let command = Command::DeleteEndpoint(session.clone(), id);
@@ -212,14 +265,32 @@ async fn run_session(
     out: mpsc::Sender<Result<pb::PublishResponse, Status>>,
 ) {
     let ended = loop {
-        match inbound.message().await {
-            Ok(Some(message)) => {
-                if let Err(status) = service.handle(&session, message, &out).await {
-                    break Err(status);
-                }
-            }
+        let mut batch = match inbound.message().await {
+            Ok(Some(message)) => vec![message],
             Ok(None) => break Ok(()),
             Err(status) => break Err(service.inbound_error(status)),
+        };
+        // And whatever else has arrived already, so a burst costs the loop one command.
+        let mut end = None;
+        while batch.len() < MAX_BATCH {
+            match inbound.message().now_or_never() {
+                Some(Ok(Some(message))) => batch.push(message),
+                Some(Ok(None)) => {
+                    end = Some(Ok(()));
+                    break;
+                }
+                Some(Err(status)) => {
+                    end = Some(Err(service.inbound_error(status)));
+                    break;
+                }
+                None => break,
+            }
+        }
+        if let Err(status) = service.handle_batch(&session, batch, &out).await {
+            break Err(status);
+        }
+        if let Some(end) = end {
+            break end;
         }
     };
     if let Err(status) = ended {

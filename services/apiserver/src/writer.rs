@@ -10,6 +10,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
+use futures::StreamExt as _;
+use futures::stream::FuturesUnordered;
 use meshwork_kvstore::keys::{
     CLUSTER_CONFIG_PREFIX, IDENTITY_ID_PREFIX, IPCACHE_DEFAULT_PREFIX, NODES_PREFIX,
     SERVICES_PREFIX, SYNCED_PREFIX,
@@ -22,6 +24,8 @@ use crate::state::KeyChange;
 pub const MAX_KEYS_PER_LEASE: usize = 1000;
 /// Operations per transaction (etcd's `--max-txn-ops` default is 128).
 const OPS_PER_TXN: usize = 128;
+/// Write transactions in flight at once.
+const TXNS_IN_FLIGHT: usize = 4;
 /// Keys per page when adopting.
 const PAGE_SIZE: i64 = 1000;
 
@@ -114,9 +118,17 @@ impl Writer {
     /// keys never written are skipped. On an error nothing is recorded, so the same changes
     /// can be applied again. Returns the operations sent.
     pub async fn apply(&mut self, changes: &[KeyChange]) -> Result<usize, KvstoreError> {
+        // The last change of each key.
+        let mut last: HashMap<&String, usize> = HashMap::with_capacity(changes.len());
+        for (i, (key, _)) in changes.iter().enumerate() {
+            last.insert(key, i);
+        }
         let mut writes = Vec::new();
         let mut puts = 0;
-        for (key, value) in changes {
+        for (i, (key, value)) in changes.iter().enumerate() {
+            if last.get(key) != Some(&i) {
+                continue;
+            }
             match (value, self.written.get(key)) {
                 (Some(value), Some(written)) if written.value == *value && written.lease != 0 => {}
                 (Some(value), _) => {
@@ -144,7 +156,24 @@ impl Writer {
                 },
             })
             .collect();
-        self.backend.write_batch(&batch, OPS_PER_TXN).await?;
+        // Transactions in flight together: etcd commits concurrent proposals in one raft
+        // batch. Each key is in one transaction only (`changes` may name a key twice: the
+        // last value wins), so their order does not matter.
+        let mut chunks = batch.chunks(OPS_PER_TXN);
+        let mut in_flight = FuturesUnordered::new();
+        loop {
+            while in_flight.len() < TXNS_IN_FLIGHT {
+                let Some(chunk) = chunks.next() else { break };
+                in_flight.push(self.backend.write_batch(chunk, OPS_PER_TXN));
+            }
+            match in_flight.next().await {
+                Some(written) => {
+                    written?;
+                }
+                None => break,
+            }
+        }
+        drop(in_flight);
         for write in batch {
             match write {
                 KeyWrite::Put { key, value, lease } => {

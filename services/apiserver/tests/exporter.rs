@@ -75,9 +75,10 @@ async fn publish(commands: &mpsc::Sender<Command>, name: &str, index: u8, endpoi
             pod_name: format!("{name}-{i}"),
         };
         let (reply, answer) = oneshot::channel();
-        let put = Command::PutEndpoint(session(name), endpoint, reply);
+        let put = Command::PutEndpoints(session(name), vec![endpoint], reply);
         commands.send(put).await.unwrap();
-        answer.await.unwrap().unwrap();
+        let answers = answer.await.unwrap();
+        assert!(matches!(answers[..], [Ok(_)]), "{answers:?}");
     }
 }
 
