@@ -10,11 +10,12 @@ use std::net::IpAddr;
 use std::time::{Duration, SystemTime};
 
 use meshwork_kvstore::{EtcdBackend, KvstoreError, WatchEvent};
-use meshwork_types::keys::IDENTITY_ID_PREFIX;
+use meshwork_types::keys::{IDENTITY_ID_PREFIX, SERVICES_PREFIX};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::control_keys;
+use crate::declarations;
 use crate::initial_sync::InitialSync;
 use crate::metrics::ApiserverMetrics;
 use crate::state::{ClusterState, EndpointSpec, KeyChange, NodeSpec, Refused, ServiceSpec};
@@ -120,6 +121,12 @@ pub struct Exporter {
     sync: InitialSync,
     /// Changes a failed write left, tried again first.
     pending: Vec<KeyChange>,
+    /// Shared-service keys held back until the initial state is complete: a service's
+    /// backends come from every node, so one written while the nodes republish one by one
+    /// would shrink and grow again for a remote reader.
+    held_services: Vec<KeyChange>,
+    /// Service declarations to store (`Some`) or remove (`None`) before the next write.
+    declarations: Vec<(String, Option<Vec<u8>>)>,
     /// The current session of each connected node.
     sessions: HashMap<String, u64>,
     /// Answers sent after the next successful write (the caller learns its change landed).
@@ -164,6 +171,11 @@ impl Exporter {
         let adopted_nodes = state.adopt(&found, now);
         // The restored identities are written already.
         let _ = state.take_changes();
+        // The declared services: their keys are derived again (and held until the initial
+        // state is complete, so they settle where they were).
+        for spec in declarations::load(writer.backend(), &settings.cluster).await? {
+            state.put_service(spec);
+        }
         let canaries_written = control_keys::canaries(&settings.cluster, SystemTime::now())
             .iter()
             .all(|(key, _)| found.contains_key(key));
@@ -183,6 +195,8 @@ impl Exporter {
             writer,
             sync,
             pending: Vec::new(),
+            held_services: Vec::new(),
+            declarations: Vec::new(),
             sessions: HashMap::new(),
             after_write: Vec::new(),
             stopping: None,
@@ -256,7 +270,7 @@ impl Exporter {
                         tracing::info!(?gone, "nodes gone for the grace deleted");
                     }
                 }
-                _ = retry.tick(), if !self.pending.is_empty() => {}
+                _ = retry.tick(), if !self.pending.is_empty() || !self.declarations.is_empty() => {}
                 () = &mut sync_deadline, if !deadline_passed => deadline_passed = true,
             }
             if std::mem::take(&mut self.config_touched) {
@@ -345,11 +359,18 @@ impl Exporter {
                 }
             }
             Command::PutService(spec, reply) => {
+                let key = declarations::key(&self.settings.cluster, &spec.namespace, &spec.name);
+                self.declarations
+                    .push((key, Some(declarations::encode(&spec))));
                 let backends = self.state.put_service(spec);
                 self.answer_after_write(reply, backends);
             }
             Command::DeleteService(namespace, name, reply) => {
                 let existed = self.state.delete_service(&namespace, &name);
+                if existed {
+                    let key = declarations::key(&self.settings.cluster, &namespace, &name);
+                    self.declarations.push((key, None));
+                }
                 self.answer_after_write(reply, existed);
             }
             Command::ListServices(reply) => {
@@ -382,8 +403,22 @@ impl Exporter {
     /// Writes what changed (after what a failed write left), then the canaries once the
     /// initial state is complete and written.
     async fn flush(&mut self) {
-        let mut changes = std::mem::take(&mut self.pending);
+        if let Err(err) = self.store_declarations().await {
+            tracing::warn!(%err, "storing a service declaration failed; retrying");
+            self.metrics.write_errors.inc();
+            return;
+        }
+        let mut changes = std::mem::take(&mut self.held_services);
+        changes.append(&mut self.pending);
         changes.extend(self.state.take_changes());
+        if !self.sync.is_complete(Instant::now()) {
+            let services = format!("{SERVICES_PREFIX}/{}/", self.settings.cluster);
+            let (held, now): (Vec<KeyChange>, Vec<KeyChange>) = changes
+                .into_iter()
+                .partition(|(key, _)| key.starts_with(&services));
+            self.held_services = held;
+            changes = now;
+        }
         if !changes.is_empty()
             && let Err(err) = self.writer.apply(&changes).await
         {
@@ -411,6 +446,25 @@ impl Exporter {
                 Err(err) => tracing::warn!(%err, "writing the canaries failed; retrying"),
             }
         }
+    }
+
+    /// Stores or removes the queued service declarations, in order; what fails is kept.
+    async fn store_declarations(&mut self) -> Result<(), KvstoreError> {
+        let queued = std::mem::take(&mut self.declarations);
+        let mut queued = queued.into_iter();
+        while let Some((key, value)) = queued.next() {
+            let backend = self.writer.backend();
+            let stored = match &value {
+                Some(value) => backend.put(&key, value.clone()).await.map(drop),
+                None => backend.delete(&key).await.map(drop),
+            };
+            if let Err(err) = stored {
+                self.declarations.push((key, value));
+                self.declarations.extend(queued);
+                return Err(err);
+            }
+        }
+        Ok(())
     }
 
     fn update_gauges(&self) {

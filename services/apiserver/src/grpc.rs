@@ -302,22 +302,7 @@ async fn run_session(
 
 fn service_to_proto(spec: &ServiceSpec, backends: &[std::net::IpAddr]) -> pb::ServiceStatus {
     pb::ServiceStatus {
-        service: Some(pb::Service {
-            namespace: spec.namespace.clone(),
-            name: spec.name.clone(),
-            frontends: spec.frontends.iter().map(ToString::to_string).collect(),
-            ports: spec
-                .ports
-                .iter()
-                .map(|(name, l4)| pb::NamedPort {
-                    name: name.clone(),
-                    port: u32::from(l4.port),
-                    protocol: l4.protocol.as_str().to_owned(),
-                })
-                .collect(),
-            selector: spec.selector.iter().map(ToString::to_string).collect(),
-            shared: spec.shared,
-        }),
+        service: Some(crate::declarations::to_proto(spec)),
         backends: backends.iter().map(ToString::to_string).collect(),
     }
 }

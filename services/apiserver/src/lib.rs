@@ -2,16 +2,13 @@
 //! (cilium-semantics §8). Agents publish their node and endpoints to it; it writes them in
 //! Cilium's layout.
 //!
-//! This crate is being built (issue 14): the plain state machines, the etcd writer and the
-//! loop are here; the `meshwork.apiserver.v1.Export` gRPC service in front of the loop, the
-//! binary and the agent's publishing come next.
-//!
 //! - [`identities`]: numeric identities for label sets, in the cluster's range.
 //! - [`state`]: what the cluster exports, as desired etcd keys (a plain state machine).
 //! - [`initial_sync`]: when the initial state is complete and the canaries may be written.
 //! - [`control_keys`]: the cluster config, heartbeat and canary keys.
 //! - [`writer`]: writes keys under leases, skipping unchanged values, and adopts what a
 //!   previous apiserver wrote.
+//! - [`declarations`]: the declared services, kept in etcd across restarts.
 //! - [`exporter`]: the loop that owns them, fed by typed commands and its timers.
 //! - [`validate`]: the gRPC requests checked and turned into the state's specs.
 //! - [`grpc`]: `meshwork.apiserver.v1.Export`, turning sessions and calls into commands.
@@ -19,6 +16,7 @@
 //! - [`etcd_init`]: Cilium's etcd users and roles for the cluster.
 
 pub mod control_keys;
+pub mod declarations;
 pub mod etcd_init;
 pub mod exporter;
 pub mod grpc;

@@ -384,6 +384,89 @@ async fn after_a_restart_what_no_agent_claims_goes_an_absent_node_after_the_grac
 
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs real etcd: `cargo xtask test` runs it"]
+async fn declared_services_survive_a_restart_and_their_key_waits_for_every_node() {
+    let etcd = EtcdServer::start().unwrap();
+    let backend = connect(&etcd).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut apiserver = start(&etcd.endpoint(), dir.path(), None);
+    let agents = [
+        Agent::publish(apiserver.grpc, "n1", 1, 3).await.unwrap(),
+        Agent::publish(apiserver.grpc, "n2", 2, 3).await.unwrap(),
+    ];
+    wait_readyz(apiserver.health, DEADLINE).await.unwrap();
+    let addr = format!("127.0.0.1:{}", apiserver.grpc);
+    let out = meshctl(
+        &addr,
+        &["service", "put", "default/web", "--frontend", "10.96.0.10"],
+        &[
+            "--port",
+            "http:80",
+            "--selector",
+            "k8s:app=app1",
+            "--shared",
+        ],
+    );
+    assert_eq!(
+        out.1, "service default/web declared (shared), 4 backends\n",
+        "{out:?}"
+    );
+    let service_key = "cilium/state/services/v1/c1/default/web";
+    let (before_value, _) = backend.get(service_key).await.unwrap().unwrap();
+    assert!(
+        backend
+            .get("meshwork/apiserver/v1/c1/services/default/web")
+            .await
+            .unwrap()
+            .is_some(),
+        "the declaration is stored"
+    );
+
+    drop(agents);
+    apiserver.process.signal(Signal::SIGKILL).unwrap();
+    Wait::new("the apiserver to die")
+        .timeout(DEADLINE)
+        .some(|| apiserver.process.exit_status())
+        .unwrap();
+    let revision = backend.revision("cilium/").await.unwrap();
+    let ports = (apiserver.grpc, apiserver.health, apiserver.metrics);
+    let apiserver = start(&etcd.endpoint(), dir.path(), Some(ports));
+    // n1 is back, n2 not yet: the service key is not rewritten with n1's backends alone.
+    let _n1 = Agent::publish(apiserver.grpc, "n1", 1, 3).await.unwrap();
+    let (value, _) = backend.get(service_key).await.unwrap().unwrap();
+    assert_eq!(
+        value, before_value,
+        "the service key changed before n2 was back"
+    );
+    let _n2 = Agent::publish(apiserver.grpc, "n2", 2, 3).await.unwrap();
+    let out = meshctl(&addr, &["service", "list", "--json"], &[]);
+    let listed: serde_json::Value = serde_json::from_str(&out.1).unwrap();
+    assert_eq!(
+        listed["services"][0]["backends"],
+        serde_json::json!(["10.1.1.1", "10.1.1.3", "10.1.2.1", "10.1.2.3"]),
+        "the declaration survived the restart: {out:?}"
+    );
+    let events = events_since(&backend, revision + 1).await;
+    let changed: Vec<_> = events
+        .iter()
+        .filter(|(k, _)| k != "cilium/.heartbeat")
+        .collect();
+    assert!(changed.is_empty(), "a reader saw {changed:?}");
+
+    let out = meshctl(&addr, &["service", "delete", "default/web"], &[]);
+    assert_eq!(out.1, "service default/web deleted\n", "{out:?}");
+    assert!(!key_exists(&backend, service_key).await);
+    assert!(
+        backend
+            .get("meshwork/apiserver/v1/c1/services/default/web")
+            .await
+            .unwrap()
+            .is_none(),
+        "the declaration is removed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs real etcd: `cargo xtask test` runs it"]
 async fn a_wiped_etcd_gets_its_canaries_back_only_after_the_returning_agents_republished() {
     let etcd = EtcdServer::start().unwrap();
     let backend = connect(&etcd).await;
