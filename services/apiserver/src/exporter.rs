@@ -383,6 +383,7 @@ impl Exporter {
                     let _ = reply.send(Err(NodeConnected));
                 } else {
                     let existed = self.state.delete_node(&node, now);
+                    self.sync.node_deleted(&node);
                     self.answer_after_write(reply, Ok(existed));
                 }
             }

@@ -52,6 +52,12 @@ impl InitialSync {
         self.adopted.remove(node);
     }
 
+    /// `node` was deleted by hand: it is not waited for.
+    pub fn node_deleted(&mut self, node: &str) {
+        self.adopted.remove(node);
+        self.sessions.remove(node);
+    }
+
     /// `node`'s agent went before sending its initial state: nothing to wait for from it.
     pub fn session_closed(&mut self, node: &str) {
         if self.sessions.get(node) == Some(&false) {
@@ -119,6 +125,17 @@ mod tests {
         // A session after the deadline does not hold completion back.
         sync.session_opened("late", start + TIMEOUT + Duration::from_secs(1));
         assert!(sync.is_complete(start + TIMEOUT + Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn a_deleted_adopted_node_is_not_waited_for() {
+        let start = Instant::now();
+        let mut sync = InitialSync::new(start, TIMEOUT, ["n1".to_owned(), "gone".to_owned()]);
+        sync.session_opened("n1", start);
+        sync.session_complete("n1");
+        assert!(!sync.is_complete(start), "gone is waited for");
+        sync.node_deleted("gone");
+        assert!(sync.is_complete(start));
     }
 
     #[test]

@@ -165,35 +165,39 @@ impl Writer {
         } else {
             OPS_PER_TXN
         };
-        let mut parts = batch.chunks(part);
+        // After a failure nothing more is sent, but what is in flight is waited for: a
+        // request dropped on the way could still land after the retry's.
+        let parts = batch.len().div_ceil(part);
+        let mut landed: Vec<Option<bool>> = vec![None; parts];
+        let mut failure = None;
+        let mut next = 0;
         let mut in_flight = FuturesUnordered::new();
         loop {
-            while in_flight.len() < REQUESTS_IN_FLIGHT {
-                let Some(part) = parts.next() else { break };
-                in_flight.push(write_part(&self.backend, part));
+            while failure.is_none() && in_flight.len() < REQUESTS_IN_FLIGHT && next < parts {
+                let end = ((next + 1) * part).min(batch.len());
+                in_flight.push(write_part(&self.backend, next, &batch[next * part..end]));
+                next += 1;
             }
             match in_flight.next().await {
-                Some(written) => {
-                    written?;
+                Some((i, Ok(()))) => landed[i] = Some(true),
+                Some((i, Err(err))) => {
+                    landed[i] = Some(false);
+                    failure.get_or_insert(err);
                 }
                 None => break,
             }
         }
         drop(in_flight);
-        for write in batch {
-            match write {
-                KeyWrite::Put { key, value, lease } => {
-                    *self.leases.entry(lease).or_default() += 1;
-                    if let Some(old) = self.written.insert(key, Written { value, lease }) {
-                        self.forget_lease_key(old.lease);
-                    }
-                }
-                KeyWrite::Delete { key } => {
-                    if let Some(old) = self.written.remove(&key) {
-                        self.forget_lease_key(old.lease);
-                    }
-                }
+        for (i, write) in batch.into_iter().enumerate() {
+            match landed[i / part] {
+                Some(true) => self.record(write),
+                // It may or may not have landed: the next write of the key goes to etcd.
+                Some(false) => self.mark_unknown(write),
+                None => {}
             }
+        }
+        if let Some(err) = failure {
+            return Err(err);
         }
         Ok(writes.len())
     }
@@ -224,9 +228,12 @@ impl Writer {
             );
             self.leases.remove(lease);
         }
+        // Counted under lease 0 until rewritten, so a failed rewrite is tried again on the
+        // next keep-alive.
         for (key, _) in &rewrite {
             if let Some(written) = self.written.get_mut(key) {
                 written.lease = 0;
+                *self.leases.entry(0).or_default() += 1;
             }
         }
         self.apply(&rewrite).await
@@ -290,6 +297,45 @@ impl Writer {
         Ok(out)
     }
 
+    fn record(&mut self, write: KeyWrite) {
+        match write {
+            KeyWrite::Put { key, value, lease } => {
+                *self.leases.entry(lease).or_default() += 1;
+                if let Some(old) = self.written.insert(key, Written { value, lease }) {
+                    self.forget_lease_key(old.lease);
+                }
+            }
+            KeyWrite::Delete { key } => {
+                if let Some(old) = self.written.remove(&key) {
+                    self.forget_lease_key(old.lease);
+                }
+            }
+        }
+    }
+
+    /// A write whose request failed: the key is kept as written under no lease, so a later
+    /// put is sent even with the same value, and a later delete is sent too.
+    fn mark_unknown(&mut self, write: KeyWrite) {
+        match write {
+            KeyWrite::Put { key, value, .. } => {
+                // Under lease 0, the next keep-alive writes it again if nothing else has.
+                *self.leases.entry(0).or_default() += 1;
+                if let Some(old) = self.written.insert(key, Written { value, lease: 0 }) {
+                    self.forget_lease_key(old.lease);
+                }
+            }
+            KeyWrite::Delete { key } => {
+                let old = self
+                    .written
+                    .get_mut(&key)
+                    .map(|w| std::mem::replace(&mut w.lease, 0));
+                if let Some(old) = old {
+                    self.forget_lease_key(old);
+                }
+            }
+        }
+    }
+
     fn forget_lease_key(&mut self, lease: i64) {
         if let Some(n) = self.leases.get_mut(&lease) {
             *n = n.saturating_sub(1);
@@ -297,13 +343,18 @@ impl Writer {
     }
 }
 
-/// Writes `part`: one key as a plain put or delete, more in transactions.
-async fn write_part(backend: &EtcdBackend, part: &[KeyWrite]) -> Result<(), KvstoreError> {
-    match part {
+/// Writes part `i`: one key as a plain put or delete, more in transactions.
+async fn write_part(
+    backend: &EtcdBackend,
+    i: usize,
+    part: &[KeyWrite],
+) -> (usize, Result<(), KvstoreError>) {
+    let written = match part {
         [KeyWrite::Put { key, value, lease }] if *lease != 0 => {
             backend.put_with_lease(key, value.clone(), *lease).await
         }
         [KeyWrite::Delete { key }] => backend.delete(key).await.map(drop),
         _ => backend.write_batch(part, OPS_PER_TXN).await.map(drop),
-    }
+    };
+    (i, written)
 }

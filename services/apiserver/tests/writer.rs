@@ -143,3 +143,41 @@ async fn the_keys_of_a_vanished_lease_are_written_again() {
     assert!(writer.lease_usage().iter().all(|(l, _)| *l != lost));
     assert_eq!(writer.written(&key), value.as_deref());
 }
+
+#[tokio::test]
+#[ignore = "needs real etcd: `cargo xtask test` runs it"]
+async fn after_a_partly_failed_write_what_landed_is_recorded_and_the_rest_is_sent_again() {
+    let server = EtcdServer::start().unwrap();
+    let backend = connect(&server).await;
+    let mut writer = Writer::new(backend.clone(), TTL);
+    let put = |k: &str, v: &str| (format!("cilium/state/ip/v1/default/{k}"), Some(v.into()));
+    let delete = |k: &str| (format!("cilium/state/ip/v1/default/{k}"), None);
+    let exists = async |k: &str| {
+        backend
+            .get(&format!("cilium/state/ip/v1/default/{k}"))
+            .await
+            .unwrap()
+            .is_some()
+    };
+    writer
+        .apply(&[put("10.0.0.1", "a"), put("10.0.0.2", "b")])
+        .await
+        .unwrap();
+    let (lease, _) = writer.lease_usage()[0];
+    // The lease goes behind the writer's back: the next put on it fails, a delete does not.
+    backend.lease_revoke(lease).await.unwrap();
+    let partly: Vec<KeyChange> = vec![delete("10.0.0.1"), put("10.0.0.3", "c")];
+    assert!(writer.apply(&partly).await.is_err());
+    // The delete landed and is recorded: the lease's rewrite brings back 10.0.0.2 and the
+    // failed 10.0.0.3, not the deleted 10.0.0.1.
+    writer.keep_alive().await.unwrap();
+    assert!(!exists("10.0.0.1").await, "a landed delete was undone");
+    assert!(exists("10.0.0.2").await);
+    assert!(
+        exists("10.0.0.3").await,
+        "the failed put was not written again"
+    );
+    // And putting the deleted key back is sent, not skipped as unchanged.
+    writer.apply(&[put("10.0.0.1", "a")]).await.unwrap();
+    assert!(exists("10.0.0.1").await);
+}

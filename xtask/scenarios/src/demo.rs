@@ -15,8 +15,8 @@ use crate::{binaries, demo_mesh};
 /// Options of the demo.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Number of clusters (each its own etcd and meshwork-apiserver).
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=9))]
+    /// Number of clusters (each its own etcd and meshwork-apiserver; at least two, to mesh).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(2..=9))]
     clusters: u32,
     /// Nodes (agents, one pod each) per cluster.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=9))]
@@ -54,12 +54,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             println!("  {line}");
         })
         .await?;
-        let first_agent = started;
         println!();
         for (pod, identity) in mesh.add_pods().await? {
             println!("  {pod:<8} identity {identity} (allocated by its cluster's apiserver)");
         }
-        let figures = demo_mesh::run(&binaries, &mesh, first_agent, timeout).await?;
+        let figures = demo_mesh::run(&binaries, &mesh, started, timeout).await?;
         let processes = mesh.clusters.len() * (2 + spec.nodes as usize);
         drop(mesh);
         println!(

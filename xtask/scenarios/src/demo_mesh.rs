@@ -24,7 +24,7 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What the act measured, for the closing line.
 pub struct Figures {
-    /// From the first agent's start until every agent held every remote pod.
+    /// From the first etcd's start until every agent held every remote pod.
     pub converged: Duration,
     /// Cross-cluster connections that succeeded, and how many were tried.
     pub connections: (usize, usize),
@@ -62,7 +62,7 @@ pub async fn run(
     mesh.wait_converged(timeout).await?;
     let converged = started.elapsed();
     println!(
-        "\nEvery agent holds every remote pod {} ms after the first agent started (a fresh \
+        "\nEvery agent holds every remote pod {} ms after the first etcd started (a fresh \
          apiserver writes its sync canaries only after --initial-sync-timeout={}s: it cannot \
          know which agents will come).",
         converged.as_millis(),
