@@ -97,14 +97,9 @@ async fn publish_restart_gone_agents_bad_input_and_sigterm() {
 
     // SIGKILL, restart on the same ports, the agent republishes: nothing changes.
     drop(n1);
-    apiserver.process.signal(Signal::SIGKILL).unwrap();
-    Wait::new("the apiserver to die")
-        .timeout(DEADLINE)
-        .some(|| apiserver.process.exit_status())
-        .unwrap();
+    apiserver.kill();
     let before = backend.revision("cilium/").await.unwrap();
-    let ports = (apiserver.grpc, apiserver.health, apiserver.metrics);
-    let mut apiserver = start(&etcd.endpoint(), dir.path(), Some(ports));
+    let mut apiserver = start(&etcd.endpoint(), dir.path(), Some(apiserver.ports()));
     let (status, _) = http_get(apiserver.health, "/readyz").await;
     assert_eq!(status, 200, "the canaries are there: ready at once");
     let n1 = Agent::publish(apiserver.grpc, "n1", 1, 3).await.unwrap();
@@ -325,16 +320,11 @@ async fn after_a_restart_what_no_agent_claims_goes_an_absent_node_after_the_grac
     ];
     wait_readyz(apiserver.health, DEADLINE).await.unwrap();
     drop(agents);
-    apiserver.process.signal(Signal::SIGKILL).unwrap();
-    Wait::new("the apiserver to die")
-        .timeout(DEADLINE)
-        .some(|| apiserver.process.exit_status())
-        .unwrap();
+    apiserver.kill();
 
     // Restarted: n1 comes back without its third endpoint (deleted while the apiserver was
     // away), n2 never comes back, n3 is deleted by hand.
-    let ports = (apiserver.grpc, apiserver.health, apiserver.metrics);
-    let apiserver = start(&etcd.endpoint(), dir.path(), Some(ports));
+    let apiserver = start(&etcd.endpoint(), dir.path(), Some(apiserver.ports()));
     let restarted = tokio::time::Instant::now();
     let out = meshctl(
         &format!("127.0.0.1:{}", apiserver.grpc),
@@ -422,14 +412,9 @@ async fn declared_services_survive_a_restart_and_their_key_waits_for_every_node(
     );
 
     drop(agents);
-    apiserver.process.signal(Signal::SIGKILL).unwrap();
-    Wait::new("the apiserver to die")
-        .timeout(DEADLINE)
-        .some(|| apiserver.process.exit_status())
-        .unwrap();
+    apiserver.kill();
     let revision = backend.revision("cilium/").await.unwrap();
-    let ports = (apiserver.grpc, apiserver.health, apiserver.metrics);
-    let apiserver = start(&etcd.endpoint(), dir.path(), Some(ports));
+    let apiserver = start(&etcd.endpoint(), dir.path(), Some(apiserver.ports()));
     // n1 is back, n2 not yet: the service key is not rewritten with n1's backends alone.
     let _n1 = Agent::publish(apiserver.grpc, "n1", 1, 3).await.unwrap();
     let (value, _) = backend.get(service_key).await.unwrap().unwrap();
@@ -485,8 +470,7 @@ async fn a_wiped_etcd_gets_its_canaries_back_only_after_the_returning_agents_rep
     drop((n1, n2));
     backend.delete_prefix("cilium/").await.unwrap();
     let wiped = backend.revision("cilium/").await.unwrap();
-    let ports = (apiserver.grpc, apiserver.health, apiserver.metrics);
-    let apiserver = start(&etcd.endpoint(), dir.path(), Some(ports));
+    let apiserver = start(&etcd.endpoint(), dir.path(), Some(apiserver.ports()));
     let (status, _) = http_get(apiserver.health, "/readyz").await;
     assert_eq!(status, 503, "no canaries in a wiped store");
 

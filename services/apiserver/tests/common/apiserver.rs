@@ -32,6 +32,24 @@ pub struct Apiserver {
     pub metrics: u16,
 }
 
+impl Apiserver {
+    /// SIGKILLs it and waits until it is gone, as a crash would leave things.
+    pub fn kill(&mut self) {
+        self.process
+            .signal(nix::sys::signal::Signal::SIGKILL)
+            .unwrap();
+        Wait::new("the apiserver to die")
+            .timeout(DEADLINE)
+            .some(|| self.process.exit_status())
+            .unwrap();
+    }
+
+    /// Its ports, for a restart on the same ones.
+    pub fn ports(&self) -> (u16, u16, u16) {
+        (self.grpc, self.health, self.metrics)
+    }
+}
+
 pub fn start(etcd: &str, dir: &std::path::Path, ports: Option<(u16, u16, u16)>) -> Apiserver {
     start_with(etcd, dir, ports, &[])
 }
