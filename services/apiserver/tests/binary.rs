@@ -63,6 +63,22 @@ fn meshctl(addr: &str, args: &[&str], more: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// A session that sends `node` and nothing more: the apiserver's answer to it.
+async fn publish_node_only(
+    client: &mut ExportClient<tonic::transport::Channel>,
+    node: pb::Node,
+) -> Result<(), tonic::Status> {
+    let (requests, rx) = mpsc::channel(1);
+    requests
+        .send(pb::PublishRequest {
+            request: Some(Publish::Node(node)),
+        })
+        .await
+        .unwrap();
+    drop(requests);
+    client.publish(ReceiverStream::new(rx)).await.map(drop)
+}
+
 async fn key_exists(backend: &EtcdBackend, key: &str) -> bool {
     backend.get(key).await.unwrap().is_some()
 }
@@ -225,15 +241,7 @@ async fn publish_restart_gone_agents_bad_input_and_sigterm() {
     assert!(err.message().contains("node name \"N_3\""), "{err:?}");
     let mut bad_cidr = node("n4", 4);
     bad_cidr.ipv4_alloc_cidrs = vec!["10.1.4.0/33".to_owned()];
-    let (requests, rx) = mpsc::channel(1);
-    requests
-        .send(pb::PublishRequest {
-            request: Some(Publish::Node(bad_cidr)),
-        })
-        .await
-        .unwrap();
-    drop(requests);
-    let Err(err) = client.publish(ReceiverStream::new(rx)).await else {
+    let Err(err) = publish_node_only(&mut client, bad_cidr).await else {
         panic!("a node with CIDR 10.1.4.0/33 was accepted");
     };
     assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
@@ -244,15 +252,7 @@ async fn publish_restart_gone_agents_bad_input_and_sigterm() {
     // An oversized message: refused before it is decoded, and counted.
     let mut huge = node("n5", 5);
     huge.labels = [("big".to_owned(), "x".repeat(MAX_MESSAGE_BYTES))].into();
-    let (requests, rx) = mpsc::channel(1);
-    requests
-        .send(pb::PublishRequest {
-            request: Some(Publish::Node(huge)),
-        })
-        .await
-        .unwrap();
-    drop(requests);
-    let Err(err) = client.publish(ReceiverStream::new(rx)).await else {
+    let Err(err) = publish_node_only(&mut client, huge).await else {
         panic!("a 4 MiB node was accepted");
     };
     assert_eq!(err.code(), Code::OutOfRange, "{err:?}");
