@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use actix::{
-    Actor, ActorFutureExt, AsyncContext, Context, Handler, Message, MessageResult, ResponseFuture,
-    WrapFuture,
+    Actor, ActorFutureExt, AsyncContext, Context, Handler, Message, MessageResult, Recipient,
+    ResponseFuture, WrapFuture,
 };
 use meshwork_kvstore::KvstoreMetrics;
 use tokio::sync::oneshot;
@@ -20,18 +20,22 @@ use crate::events::{ClusterRef, Sinks};
 use crate::mesh_state::{Command, MeshState};
 use crate::remote_cluster::runner::{ConnectionState, MeshSettings};
 use crate::remote_cluster::stores::ClusterStores;
-use crate::remote_cluster::{LoopContext, RemoteClusterHandle, Stopped, status_of};
+use crate::remote_cluster::{
+    DrainReason, LoopContext, RemoteClusterHandle, Stopped, StoreSet, status_of,
+};
 use crate::status::ClusterStatus;
 
-/// The mesh of remote clusters.
-pub struct ClusterMesh {
+/// The mesh of remote clusters, each filling a [`StoreSet`]: the agent's stores by default.
+pub struct ClusterMesh<S: StoreSet = ClusterStores> {
     state: MeshState,
     settings: MeshSettings,
-    sinks: Sinks,
+    /// Told which clusters exist (kvstoremesh has no barrier).
+    barrier: Option<Recipient<BarrierUpdate>>,
+    sinks: S::Sinks,
     metrics: KvstoreMetrics,
-    running: HashMap<Arc<str>, RemoteClusterHandle>,
+    running: HashMap<Arc<str>, RemoteClusterHandle<S>>,
     /// The stores a stopped loop handed back, while no loop of the cluster runs.
-    kept: HashMap<Arc<str>, ClusterStores>,
+    kept: HashMap<Arc<str>, S>,
     /// The last connection state of a cluster whose loop is stopping or stopped.
     last_state: HashMap<Arc<str>, ConnectionState>,
     stopped: Vec<oneshot::Sender<()>>,
@@ -46,9 +50,25 @@ impl ClusterMesh {
         sinks: Sinks,
         metrics: KvstoreMetrics,
     ) -> Self {
+        let barrier = sinks.barrier.clone();
+        Self::with_stores(settings, local_id, Some(barrier), sinks, metrics)
+    }
+}
+
+impl<S: StoreSet> ClusterMesh<S> {
+    /// A mesh whose clusters fill stores of type `S`, built with `sinks`; `barrier`, when
+    /// there is one, is told which clusters exist.
+    pub fn with_stores(
+        settings: MeshSettings,
+        local_id: u32,
+        barrier: Option<Recipient<BarrierUpdate>>,
+        sinks: S::Sinks,
+        metrics: KvstoreMetrics,
+    ) -> Self {
         Self {
             state: MeshState::new(&settings.local_cluster, local_id),
             settings,
+            barrier,
             sinks,
             metrics,
             running: HashMap::new(),
@@ -58,7 +78,7 @@ impl ClusterMesh {
         }
     }
 
-    fn loop_context(&self, ctx: &Context<Self>) -> LoopContext {
+    fn loop_context(&self, ctx: &Context<Self>) -> LoopContext<S> {
         LoopContext {
             settings: self.settings.clone(),
             sinks: self.sinks.clone(),
@@ -67,11 +87,17 @@ impl ClusterMesh {
         }
     }
 
+    fn tell_barrier(&self, update: BarrierUpdate) {
+        if let Some(barrier) = &self.barrier {
+            barrier.do_send(update);
+        }
+    }
+
     fn execute(&mut self, commands: Vec<Command>, ctx: &mut Context<Self>) {
         for command in commands {
             match command {
                 Command::AddLatches(cluster) => {
-                    self.sinks.barrier.do_send(BarrierUpdate::ClusterAdded {
+                    self.tell_barrier(BarrierUpdate::ClusterAdded {
                         cluster: Arc::clone(&cluster.name),
                         incarnation: cluster.incarnation,
                     });
@@ -113,14 +139,12 @@ impl ClusterMesh {
                 }
                 Command::Drain(cluster) => {
                     tracing::info!(cluster = %cluster.name, "remote cluster removed; draining what it contributed");
-                    self.sinks
-                        .barrier
-                        .do_send(BarrierUpdate::ClusterRemoved(Arc::clone(&cluster.name)));
+                    self.tell_barrier(BarrierUpdate::ClusterRemoved(Arc::clone(&cluster.name)));
                     let stopping = self.stop_loop(&cluster);
                     let drained = async move {
                         let Stopped { stores, .. } = stopping.await;
                         if let Some(stores) = stores {
-                            stores.drain().await;
+                            stores.drain(DrainReason::Removed).await;
                         }
                     };
                     ctx.spawn(drained.into_actor(self).map(move |(), mesh, ctx| {
@@ -137,7 +161,7 @@ impl ClusterMesh {
     fn stop_loop(
         &mut self,
         cluster: &ClusterRef,
-    ) -> impl Future<Output = Stopped> + 'static + use<> {
+    ) -> impl Future<Output = Stopped<S>> + 'static + use<S> {
         let handle = self.running.remove(&cluster.name);
         if let Some(handle) = &handle {
             self.last_state
@@ -156,7 +180,7 @@ impl ClusterMesh {
         }
     }
 
-    fn keep(&mut self, cluster: &ClusterRef, stopped: Stopped) {
+    fn keep(&mut self, cluster: &ClusterRef, stopped: Stopped<S>) {
         if let Some(stores) = stopped.stores {
             self.kept.insert(Arc::clone(&cluster.name), stores);
         }
@@ -199,11 +223,11 @@ impl ClusterMesh {
     }
 }
 
-impl Actor for ClusterMesh {
+impl<S: StoreSet> Actor for ClusterMesh<S> {
     type Context = Context<Self>;
 }
 
-impl Handler<ClusterConfigEvent> for ClusterMesh {
+impl<S: StoreSet> Handler<ClusterConfigEvent> for ClusterMesh<S> {
     type Result = ();
 
     fn handle(&mut self, event: ClusterConfigEvent, ctx: &mut Context<Self>) {
@@ -215,7 +239,7 @@ impl Handler<ClusterConfigEvent> for ClusterMesh {
     }
 }
 
-impl Handler<ReserveClusterId> for ClusterMesh {
+impl<S: StoreSet> Handler<ReserveClusterId> for ClusterMesh<S> {
     type Result = Result<(), ReserveError>;
 
     fn handle(&mut self, msg: ReserveClusterId, _: &mut Context<Self>) -> Self::Result {
@@ -228,7 +252,7 @@ impl Handler<ReserveClusterId> for ClusterMesh {
 #[rtype(result = "Vec<ClusterStatus>")]
 pub struct GetMeshStatus;
 
-impl Handler<GetMeshStatus> for ClusterMesh {
+impl<S: StoreSet> Handler<GetMeshStatus> for ClusterMesh<S> {
     type Result = MessageResult<GetMeshStatus>;
 
     fn handle(&mut self, _: GetMeshStatus, _: &mut Context<Self>) -> Self::Result {
@@ -241,7 +265,7 @@ impl Handler<GetMeshStatus> for ClusterMesh {
 #[rtype(result = "BTreeMap<u32, String>")]
 pub struct GetReservedIds;
 
-impl Handler<GetReservedIds> for ClusterMesh {
+impl<S: StoreSet> Handler<GetReservedIds> for ClusterMesh<S> {
     type Result = MessageResult<GetReservedIds>;
 
     fn handle(&mut self, _: GetReservedIds, _: &mut Context<Self>) -> Self::Result {
@@ -255,7 +279,7 @@ impl Handler<GetReservedIds> for ClusterMesh {
 #[rtype(result = "()")]
 pub struct ShutdownMesh;
 
-impl Handler<ShutdownMesh> for ClusterMesh {
+impl<S: StoreSet> Handler<ShutdownMesh> for ClusterMesh<S> {
     type Result = ResponseFuture<()>;
 
     fn handle(&mut self, _: ShutdownMesh, ctx: &mut Context<Self>) -> Self::Result {
@@ -267,10 +291,12 @@ impl Handler<ShutdownMesh> for ClusterMesh {
         } else {
             self.stopped.push(tx);
         }
-        let barrier = self.sinks.barrier.clone();
+        let barrier = self.barrier.clone();
         Box::pin(async move {
             let _ = rx.await;
-            barrier.do_send(BarrierUpdate::StopAll);
+            if let Some(barrier) = barrier {
+                barrier.do_send(BarrierUpdate::StopAll);
+            }
         })
     }
 }

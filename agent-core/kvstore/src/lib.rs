@@ -3,11 +3,13 @@
 //! - [`EtcdBackend`]: connection (TLS), paginated lists, watches, leases.
 //! - [`WatchStore`]: the restartable watch store of one prefix.
 //! - [`WatchStoreManager`]: starts per-prefix work gated by sync canaries, or at once.
+//! - [`lease_writer::Writer`]: keys under leases, adopted across restarts.
 //! - [`Decoder`]: typed, validated decoding of values (see [`meshwork_types`]).
 
 pub mod config;
 pub mod error;
 pub mod etcd;
+pub mod lease_writer;
 pub mod manager;
 pub mod metrics;
 pub mod watch_store;

@@ -153,7 +153,8 @@ impl Exporter {
         metrics: ApiserverMetrics,
     ) -> Result<(Self, mpsc::Sender<Command>, Ready), KvstoreError> {
         let now = Instant::now();
-        let (writer, found) = Writer::adopt(backend, &settings.cluster, settings.lease_ttl).await?;
+        let (writer, found) =
+            crate::writer::adopt(backend, &settings.cluster, settings.lease_ttl).await?;
         let mut state = ClusterState::new(
             &settings.cluster,
             settings.cluster_id,

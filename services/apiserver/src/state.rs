@@ -3,6 +3,7 @@
 //! that keeps the desired value of every key and which keys changed since the writer last
 //! took them.
 
+pub use meshwork_kvstore::lease_writer::KeyChange;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::time::Duration;
@@ -158,9 +159,6 @@ pub struct ClusterState {
     /// What a previous apiserver wrote, not yet claimed ([`adopted`]).
     adopted: adopted::AdoptedGroups,
 }
-
-/// One key to write (`Some`) or delete (`None`).
-pub type KeyChange = (String, Option<Vec<u8>>);
 
 impl ClusterState {
     /// The state of cluster `cluster` (ID `cluster_id`), exporting nothing yet.

@@ -10,7 +10,7 @@ mod common;
 
 use common::{connect, events_since};
 use meshwork_apiserver::state::{ClusterState, EndpointSpec, KeyChange, NodeSpec};
-use meshwork_apiserver::writer::{MAX_KEYS_PER_LEASE, Writer};
+use meshwork_apiserver::writer::{self, MAX_KEYS_PER_LEASE, Writer};
 
 use meshwork_lab::etcd::EtcdServer;
 use meshwork_types::{Address, AddressType, IpPrefix, Label};
@@ -104,7 +104,7 @@ async fn a_restarted_writer_adopts_everything_and_republishing_shows_no_event() 
     // As a SIGKILL: nothing revoked, nothing deleted.
     drop(first);
 
-    let (mut second, found) = Writer::adopt(backend.clone(), "c1", TTL).await.unwrap();
+    let (mut second, found) = writer::adopt(backend.clone(), "c1", TTL).await.unwrap();
     assert_eq!(found.len(), changes.len());
     assert_eq!(second.len(), changes.len());
     let mut republished = cluster_state(1200);

@@ -17,9 +17,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::prefixes::ClusterPrefixes;
 use super::stores::{ClusterStores, StoreStatuses};
+use super::{DrainReason, StoreSet};
 use crate::cluster_ids::{ReserveClusterId, ReserveError};
 use crate::config_dir::RemoteClusterConfig;
-use crate::events::{ClusterRef, Sinks};
+use crate::events::ClusterRef;
 
 /// Settings shared by every remote cluster of the agent.
 #[derive(Debug, Clone)]
@@ -110,7 +111,7 @@ enum Ended {
 }
 
 /// Everything the loop of one remote cluster needs.
-pub struct Runner {
+pub struct Runner<S: StoreSet = ClusterStores> {
     /// The cluster (incarnation) the loop connects.
     pub cluster: ClusterRef,
     /// The cluster's config file content.
@@ -118,7 +119,7 @@ pub struct Runner {
     /// Agent-wide settings.
     pub settings: MeshSettings,
     /// Where the stores send.
-    pub sinks: Sinks,
+    pub sinks: S::Sinks,
     /// Cluster ID reservations.
     pub ids: Recipient<ReserveClusterId>,
     /// Store metrics.
@@ -127,14 +128,10 @@ pub struct Runner {
     pub state: watch::Sender<ConnectionState>,
 }
 
-impl Runner {
+impl<S: StoreSet> Runner<S> {
     /// Runs until `cancel` fires, with the stores an earlier run of this cluster left (kept
     /// across connections; replaced when the cluster ID changes). Returns the stores.
-    pub async fn run(
-        self,
-        mut stores: Option<ClusterStores>,
-        cancel: CancellationToken,
-    ) -> Option<ClusterStores> {
+    pub async fn run(self, mut stores: Option<S>, cancel: CancellationToken) -> Option<S> {
         let name = self.config.name.clone();
         let mut backoff = self.backoff();
         loop {
@@ -167,7 +164,7 @@ impl Runner {
         stores
     }
 
-    fn backoff(&self) -> impl Iterator<Item = Duration> + use<> {
+    fn backoff(&self) -> impl Iterator<Item = Duration> + use<S> {
         ExponentialBuilder::default()
             .with_min_delay(self.settings.min_retry_delay)
             .with_max_delay(self.settings.max_retry_delay)
@@ -178,7 +175,7 @@ impl Runner {
 
     async fn connection(
         &self,
-        stores: &mut Option<ClusterStores>,
+        stores: &mut Option<S>,
         cancel: &CancellationToken,
     ) -> Result<Ended, RemoteClusterError> {
         let name = &self.config.name;
@@ -208,6 +205,7 @@ impl Runner {
         }
         self.state.send_modify(|s| s.last_error = None);
         let stores = self.stores_for(stores, config.id).await;
+        stores.connected(&config).await;
 
         let connection = cancel.child_token();
         let mut manager = if config.capabilities.synced_canaries {
@@ -249,25 +247,21 @@ impl Runner {
     }
 
     /// The stores for `cluster_id`: the existing ones, or new ones after draining the old.
-    async fn stores_for<'s>(
-        &self,
-        slot: &'s mut Option<ClusterStores>,
-        cluster_id: u32,
-    ) -> &'s ClusterStores {
+    async fn stores_for<'s>(&self, slot: &'s mut Option<S>, cluster_id: u32) -> &'s S {
         if slot.as_ref().is_some_and(|s| s.cluster_id() != cluster_id)
             && let Some(old) = slot.take()
         {
             tracing::info!(cluster = %self.config.name, old = old.cluster_id(), new = cluster_id,
                 "cluster ID changed: draining what the cluster contributed");
-            old.drain().await;
+            old.drain(DrainReason::IdChanged).await;
         }
         let stores = slot.get_or_insert_with(|| {
-            ClusterStores::new(
+            S::new(
                 self.cluster.clone(),
                 cluster_id,
-                self.settings.max_connected_clusters,
+                &self.settings,
                 &self.metrics,
-                self.sinks.clone(),
+                &self.sinks,
             )
         });
         let statuses = stores.statuses();

@@ -17,6 +17,8 @@ use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
 use super::prefixes::{ClusterPrefixes, StorePrefix};
+use super::runner::MeshSettings;
+use super::{DrainReason, StoreSet};
 use crate::events::{
     ClusterRef, Forwarder, IdentityEvent, IdentityEvents, IdentityForwarder, IpCacheRoute,
     NodeRoute, ServiceRoute, Sinks,
@@ -53,6 +55,29 @@ pub struct StoreStatuses {
 }
 
 impl StoreStatuses {
+    /// The statuses of four stores; `identities` may be replaced by [`Self::set_identities`].
+    pub fn new(
+        nodes: Arc<StoreStatus>,
+        services: Arc<StoreStatus>,
+        identities: Arc<StoreStatus>,
+        ipcache: Arc<StoreStatus>,
+    ) -> Self {
+        Self {
+            nodes,
+            services,
+            ipcache,
+            identities: StdMutex::new(identities),
+        }
+    }
+
+    /// A connection's fresh identity store replaces the last one.
+    pub fn set_identities(&self, status: Arc<StoreStatus>) {
+        *self
+            .identities
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = status;
+    }
+
     fn identities(&self) -> Arc<StoreStatus> {
         Arc::clone(
             &self
@@ -83,16 +108,18 @@ impl StoreStatuses {
     }
 }
 
-impl ClusterStores {
-    /// Stores for `cluster` with ID `cluster_id` (0: the remote announces none), sending to
-    /// `sinks`.
-    pub fn new(
+impl StoreSet for ClusterStores {
+    type Sinks = Sinks;
+
+    fn new(
         cluster: ClusterRef,
         cluster_id: u32,
-        max_connected_clusters: u32,
+        settings: &MeshSettings,
         metrics: &KvstoreMetrics,
-        sinks: Sinks,
+        sinks: &Sinks,
     ) -> Self {
+        let max_connected_clusters = settings.max_connected_clusters;
+        let sinks = sinks.clone();
         let name = &*cluster.name;
         let id = (cluster_id != 0).then_some(cluster_id);
         let options = || WatchStoreOptions {
@@ -135,18 +162,15 @@ impl ClusterStores {
         }
     }
 
-    /// The cluster ID the stores validate against.
-    pub fn cluster_id(&self) -> u32 {
+    fn cluster_id(&self) -> u32 {
         self.cluster_id
     }
 
-    /// The stores' live status.
-    pub fn statuses(&self) -> Arc<StoreStatuses> {
+    fn statuses(&self) -> Arc<StoreStatuses> {
         Arc::clone(&self.statuses)
     }
 
-    /// Registers the four stores with `manager`, to watch through `backend` at `prefixes`.
-    pub fn register(
+    fn register(
         &self,
         manager: &mut WatchStoreManager,
         backend: &EtcdBackend,
@@ -163,6 +187,20 @@ impl ClusterStores {
         );
     }
 
+    /// Emits a delete for everything the stores hold (the cluster is removed or its ID
+    /// changed).
+    async fn drain(&self, _reason: DrainReason) {
+        self.nodes.lock().await.drain();
+        self.services.lock().await.drain();
+        self.ipcache.lock().await.drain();
+        self.sinks.identities.do_send(IdentityEvents::one(
+            self.cluster.clone(),
+            IdentityEvent::RemoveCluster,
+        ));
+    }
+}
+
+impl ClusterStores {
     fn register_identities(
         &self,
         manager: &mut WatchStoreManager,
@@ -193,31 +231,18 @@ impl ClusterStores {
                 send(IdentityEvent::Start { generation });
                 let forwarder = IdentityForwarder::new(cluster.clone(), generation, sinks.clone());
                 let mut store = WatchStore::new(decoder, forwarder, options);
-                *statuses
-                    .identities
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) = store.status();
+                statuses.set_identities(store.status());
                 store.watch(&backend, &watch, &cancel).await;
                 send(IdentityEvent::Stop { generation });
             }
             .boxed()
         });
     }
-
-    /// Emits a delete for everything the stores hold (the cluster is removed or its ID
-    /// changed). Call only when no watch runs.
-    pub async fn drain(&self) {
-        self.nodes.lock().await.drain();
-        self.services.lock().await.drain();
-        self.ipcache.lock().await.drain();
-        self.sinks.identities.do_send(IdentityEvents::one(
-            self.cluster.clone(),
-            IdentityEvent::RemoveCluster,
-        ));
-    }
 }
 
-fn register_store<D, O>(
+/// Registers `store` with `manager`, to watch `prefix.watch` through `backend` once the
+/// canary `prefix.canary` is there (or at once, as the manager decides).
+pub fn register_store<D, O>(
     manager: &mut WatchStoreManager,
     backend: &EtcdBackend,
     prefix: &StorePrefix,

@@ -87,6 +87,17 @@ pub struct Cli {
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Cache every remote cluster in this cluster's etcd, so its agents connect only to it.
+    ///
+    /// Reads `--clustermesh-config` as the agent does (one file per remote, watched), connects
+    /// to each remote with the agent's machinery, validates every entry as the agent does and
+    /// mirrors nodes, services, identities and ipcache entries under
+    /// `cilium/cache/<type>/v1/<cluster>/`, each remote's cluster config under
+    /// `cilium/cluster-config/<cluster>` with `cached: true`, and the canaries
+    /// `cilium/synced/<cluster>/cilium/cache/<type>/v1` once a remote's first list is in. A
+    /// restart deletes nothing that is still true; a remote removed from the directory is
+    /// drained: its config first, its canaries and entries after `--cache-removal-grace`.
+    Kvstoremesh(Box<crate::kvstoremesh::KvstoremeshArgs>),
     /// Create Cilium's etcd users and roles for the cluster (idempotent), then enable auth.
     ///
     /// Users (client-certificate auth: a certificate's CN is its user): `root` and
@@ -147,7 +158,8 @@ pub struct Addrs {
     pub metrics: Option<SocketAddr>,
 }
 
-fn addr(flag: &str, text: &str) -> anyhow::Result<SocketAddr> {
+/// `text` as an address, or an error naming `flag`.
+pub fn addr(flag: &str, text: &str) -> anyhow::Result<SocketAddr> {
     text.parse()
         .with_context(|| format!("{flag} {text:?} is not an IP:port address"))
 }

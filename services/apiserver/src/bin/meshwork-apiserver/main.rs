@@ -2,6 +2,7 @@
 //! `--help`).
 
 mod args;
+mod kvstoremesh;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -35,16 +36,22 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("a tokio runtime");
+    let runtime = || {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .expect("a tokio runtime")
+    };
     let result = match &cli.command {
         Some(Command::EtcdInit {
             cluster_name,
             kvstore,
-        }) => runtime.block_on(etcd_init(cluster_name, kvstore)),
-        None => runtime.block_on(run(cli)),
+        }) => runtime().block_on(etcd_init(cluster_name, kvstore)),
+        // The remote-cluster machinery is the agent's: actors, in an actix system.
+        Some(Command::Kvstoremesh(args)) => {
+            actix_rt::System::with_tokio_rt(runtime).block_on(kvstoremesh::run(args))
+        }
+        None => runtime().block_on(run(cli)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,116 @@
+//! `meshwork-apiserver kvstoremesh`, the binary: `/readyz` follows the cache, and a SIGKILL
+//! and restart while the remote changes deletes no cached entry the remote still has.
+
+#[path = "../../kvstoremesh/tests/common/mod.rs"]
+mod cache;
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::apiserver::{http_get, wait_readyz};
+use meshwork_kvstore::WatchEvent;
+use meshwork_lab::etcd::EtcdServer;
+use meshwork_lab::process::LabProcess;
+use meshwork_lab::wait::{Wait, free_port};
+
+const RUNNING: &str = "meshwork-apiserver kvstoremesh running";
+
+fn spawn(local: &EtcdServer, dir: &Path, health: u16, log: &Path) -> LabProcess {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_meshwork-apiserver"));
+    command
+        .arg("kvstoremesh")
+        .args(["--cluster-name", "local", "--cluster-id", "9"])
+        .arg("--clustermesh-config")
+        .arg(dir)
+        .args(["--kvstore-endpoints", &local.endpoint()])
+        .args(["--health-serve-addr", &format!("127.0.0.1:{health}")])
+        .args(["--prometheus-serve-addr", ""])
+        .env("NO_COLOR", "1");
+    let mut process = LabProcess::spawn("kvstoremesh", command, log).unwrap();
+    Wait::new("kvstoremesh to run")
+        .timeout(Duration::from_secs(30))
+        .until(
+            || {
+                process.check_running().unwrap();
+                std::fs::read_to_string(log)
+                    .unwrap_or_default()
+                    .contains(RUNNING)
+            },
+            |up| *up,
+        )
+        .unwrap_or_else(|err| panic!("{err}\n{}", process.log_tail()));
+    process
+}
+
+#[actix_rt::test]
+#[ignore = "needs real etcd: `cargo xtask test` runs it"]
+async fn sigkill_and_restart_while_the_remote_changes_deletes_no_live_entry() {
+    let local = EtcdServer::start().unwrap();
+    let c1 = cache::cluster("c1", 1);
+    let server = cache::loaded(&c1).await;
+    let dir = tempfile::tempdir().unwrap();
+    let logs = tempfile::tempdir().unwrap();
+    cache::configure(dir.path(), "c1", &server);
+    let health = free_port().unwrap();
+    let mut first = spawn(
+        &local,
+        dir.path(),
+        health,
+        &logs.path().join("kvstoremesh-1.log"),
+    );
+    wait_readyz(health, Duration::from_secs(30)).await.unwrap();
+    let backend = cache::connect(&local).await;
+    let remote = cache::connect(&server).await;
+    cache::converged(&backend, &remote, "c1").await;
+    let from = backend.revision("cilium/").await.unwrap() + 1;
+
+    first.kill();
+    let (gone, _) = c1.node(2);
+    remote.delete(&gone).await.unwrap();
+    let (added, value) = c1.node(7);
+    remote.put(&added, value).await.unwrap();
+    let mut second = spawn(
+        &local,
+        dir.path(),
+        health,
+        &logs.path().join("kvstoremesh-2.log"),
+    );
+    wait_readyz(health, Duration::from_secs(30)).await.unwrap();
+    cache::converged(&backend, &remote, "c1").await;
+
+    let mut watch = backend.watch("cilium/cache/", from).await.unwrap();
+    let mut deletes = Vec::new();
+    let mut puts = Vec::new();
+    while puts.is_empty() || deletes.is_empty() {
+        let batch = tokio::time::timeout(Duration::from_secs(10), watch.next())
+            .await
+            .expect("the restart's writes")
+            .unwrap()
+            .unwrap();
+        for event in batch {
+            match event {
+                WatchEvent::Put { key, .. } => puts.push(String::from_utf8(key).unwrap()),
+                WatchEvent::Delete { key, .. } => deletes.push(String::from_utf8(key).unwrap()),
+            }
+        }
+    }
+    assert_eq!(
+        deletes,
+        ["cilium/cache/nodes/v1/c1/c1-node-2"],
+        "only the vanished node"
+    );
+    assert_eq!(
+        puts,
+        ["cilium/cache/nodes/v1/c1/c1-node-7"],
+        "only the new node"
+    );
+    let (status, body) = http_get(health, "/readyz").await;
+    assert_eq!(status, 200, "{body}");
+    second.signal(nix::sys::signal::Signal::SIGTERM).unwrap();
+    let exited = Wait::new("kvstoremesh to exit on SIGTERM")
+        .until(|| second.exit_status(), Option::is_some)
+        .unwrap_or_else(|err| panic!("{err}"));
+    assert!(exited.is_some_and(|s| s.success()), "{}", second.log_tail());
+}

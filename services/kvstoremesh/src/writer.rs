@@ -1,0 +1,232 @@
+//! The cache writer: the one task that writes the local etcd's `cilium/cache/…`, the cached
+//! canaries and cluster configs, in the order the stores sent them.
+//!
+//! Keys go through the kvstore layer's lease [`Writer`], which adopts what a previous
+//! kvstoremesh wrote: a restart that re-lists unchanged remotes writes nothing, and each
+//! store's first list-done deletes what the cache holds under its prefix that the remote no
+//! longer has (Cilium leaves those until their old lease expires). A canary is written only
+//! once every write before it has landed. A failed write is retried every second; nothing
+//! after it is written meanwhile, so the order holds.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use meshwork_kvstore::keys::CLUSTER_CONFIG_PREFIX;
+use meshwork_kvstore::lease_writer::{KeyChange, Writer};
+use meshwork_kvstore::{EtcdBackend, KvstoreError, keys::CACHE_PREFIX};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::keys::{self, CacheOp};
+use crate::metrics::CacheMetrics;
+use crate::readiness::ReadinessEvent;
+
+/// Changes gathered before they are written (a list page is 1,000 keys).
+const MAX_PENDING: usize = 8192;
+/// Delay between attempts of a failed write.
+const RETRY_DELAY: Duration = Duration::from_secs(1);
+
+/// The writer task's state.
+pub struct CacheWriter {
+    writer: Writer,
+    /// Every key in the cache (adopted or written), ordered for prefix ranges.
+    cached: BTreeSet<String>,
+    pending: Vec<KeyChange>,
+    readiness: mpsc::UnboundedSender<ReadinessEvent>,
+    metrics: CacheMetrics,
+    lease_ttl: Duration,
+}
+
+impl CacheWriter {
+    /// A writer that adopts the cache in `backend` (all of `cilium/cache/`, and the
+    /// canaries and cached configs of `remotes`), with leases of `lease_ttl`.
+    pub async fn adopt(
+        backend: EtcdBackend,
+        remotes: &[Arc<str>],
+        lease_ttl: Duration,
+        readiness: mpsc::UnboundedSender<ReadinessEvent>,
+        metrics: CacheMetrics,
+    ) -> Result<Self, KvstoreError> {
+        let mut prefixes = vec![format!("{CACHE_PREFIX}/")];
+        prefixes.extend(
+            remotes
+                .iter()
+                .map(|r| format!("{}{CACHE_PREFIX}/", keys::canaries_prefix(r))),
+        );
+        let configs: Vec<String> = remotes
+            .iter()
+            .map(|r| format!("{CLUSTER_CONFIG_PREFIX}/{r}"))
+            .collect();
+        let (writer, found) = Writer::adopt(backend, &prefixes, &configs, lease_ttl).await?;
+        tracing::info!(
+            keys = found.len(),
+            "adopted the cache a previous kvstoremesh wrote"
+        );
+        let cached: BTreeSet<String> = found.into_keys().collect();
+        metrics.cached_keys.set(cached.len() as i64);
+        Ok(Self {
+            writer,
+            cached,
+            pending: Vec::new(),
+            readiness,
+            metrics,
+            lease_ttl,
+        })
+    }
+
+    /// Writes what `ops` brings until every sender is gone or `stop` fires (then what has
+    /// arrived is written first); refreshes the leases every third of their TTL.
+    pub async fn run(
+        mut self,
+        mut ops: mpsc::UnboundedReceiver<Vec<CacheOp>>,
+        stop: CancellationToken,
+    ) {
+        let mut keep_alive = tokio::time::interval(self.lease_ttl / 3);
+        keep_alive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        keep_alive.tick().await;
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => {
+                    while let Ok(batch) = ops.try_recv() {
+                        self.handle(batch).await;
+                    }
+                    break;
+                }
+                batch = ops.recv() => {
+                    let Some(batch) = batch else { break };
+                    self.handle(batch).await;
+                    // What else has arrived goes in the same write.
+                    while self.pending.len() < MAX_PENDING {
+                        match ops.try_recv() {
+                            Ok(batch) => self.handle(batch).await,
+                            Err(_) => break,
+                        }
+                    }
+                    self.flush().await;
+                }
+                _ = keep_alive.tick() => {
+                    match self.writer.keep_alive().await {
+                        Ok(0) => {}
+                        Ok(n) => tracing::warn!(keys = n, "cache keys written again under new leases"),
+                        Err(err) => tracing::warn!(%err, "refreshing the cache leases failed; retrying at the next tick"),
+                    }
+                }
+            }
+        }
+        self.flush().await;
+    }
+
+    async fn handle(&mut self, batch: Vec<CacheOp>) {
+        for op in batch {
+            match op {
+                CacheOp::Put { key, value } => self.put(key, value),
+                CacheOp::Delete { key } => self.delete(key),
+                CacheOp::Config { cluster, value } => {
+                    self.put(format!("{CLUSTER_CONFIG_PREFIX}/{cluster}"), value);
+                }
+                CacheOp::ListDone {
+                    cluster,
+                    kind,
+                    prefix,
+                    listed,
+                } => {
+                    let vanished: Vec<String> = self
+                        .under(&prefix)
+                        .filter(|key| !listed.contains(*key))
+                        .map(str::to_owned)
+                        .collect();
+                    if !vanished.is_empty() {
+                        tracing::info!(%cluster, %prefix, keys = vanished.len(),
+                            "deleting cached keys the remote no longer has");
+                    }
+                    for key in vanished {
+                        self.delete(key);
+                    }
+                    // The canary says "all of the list is in the cache": after it landed.
+                    self.flush().await;
+                    self.put(keys::canary_key(&cluster, kind), rfc3339(SystemTime::now()));
+                    self.flush().await;
+                    let _ = self.readiness.send(ReadinessEvent::Synced(cluster, kind));
+                }
+                CacheOp::RemoveConfig { cluster, done } => {
+                    self.delete(format!("{CLUSTER_CONFIG_PREFIX}/{cluster}"));
+                    self.flush().await;
+                    let _ = done.send(());
+                }
+                CacheOp::RemoveCluster { cluster, done } => {
+                    let canaries: Vec<String> = self
+                        .under(&keys::canaries_prefix(&cluster))
+                        .filter(|key| key.contains(&format!("/{CACHE_PREFIX}/")))
+                        .map(str::to_owned)
+                        .collect();
+                    for key in canaries {
+                        self.delete(key);
+                    }
+                    self.flush().await;
+                    let entries: Vec<String> = keys::cluster_prefixes(&cluster)
+                        .iter()
+                        .flat_map(|prefix| {
+                            self.under(prefix).map(str::to_owned).collect::<Vec<_>>()
+                        })
+                        .collect();
+                    for key in entries {
+                        self.delete(key);
+                    }
+                    self.flush().await;
+                    let _ = done.send(());
+                }
+            }
+        }
+    }
+
+    fn put(&mut self, key: String, value: Vec<u8>) {
+        self.cached.insert(key.clone());
+        self.pending.push((key, Some(value)));
+    }
+
+    fn delete(&mut self, key: String) {
+        self.cached.remove(&key);
+        self.pending.push((key, None));
+    }
+
+    /// The cached keys under `prefix`.
+    fn under<'a>(&'a self, prefix: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.cached
+            .range::<str, _>((
+                std::ops::Bound::Included(prefix),
+                std::ops::Bound::Unbounded,
+            ))
+            .take_while(move |key| key.starts_with(prefix))
+            .map(String::as_str)
+    }
+
+    /// Writes what is pending, retrying until it lands.
+    async fn flush(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        loop {
+            match self.writer.apply(&self.pending).await {
+                Ok(sent) => {
+                    self.metrics.writes.inc_by(sent as u64);
+                    break;
+                }
+                Err(err) => {
+                    self.metrics.write_failures.inc();
+                    tracing::warn!(%err, changes = self.pending.len(),
+                        "writing the cache failed; retrying");
+                    tokio::time::sleep(RETRY_DELAY).await;
+                }
+            }
+        }
+        self.pending.clear();
+        self.metrics.cached_keys.set(self.cached.len() as i64);
+    }
+}
+
+fn rfc3339(now: SystemTime) -> Vec<u8> {
+    humantime::format_rfc3339_seconds(now)
+        .to_string()
+        .into_bytes()
+}

@@ -1,0 +1,203 @@
+//! kvstoremesh against real etcd: remotes cached byte for byte, hostile entries never
+//! cached, a restart that deletes only what the remote no longer has, Cilium's drain order
+//! on removal, and a remote that goes away and comes back.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use meshwork_lab::wait::Wait;
+
+const NO_GRACE: Duration = Duration::from_millis(0);
+
+#[actix_rt::test]
+#[ignore = "needs real etcd: `cargo xtask test` runs it"]
+async fn three_remotes_are_cached_byte_for_byte_and_hostile_entries_never() {
+    let local = meshwork_lab::etcd::EtcdServer::start().unwrap();
+    let remotes = [cluster("c1", 1), cluster("c2", 2), cluster("c3", 3)];
+    let mut servers = Vec::new();
+    for remote in &remotes {
+        servers.push(loaded(remote).await);
+    }
+    // c2 also holds what its agent would refuse: another cluster's node, an identity of
+    // cluster 1's range, and an ipcache value that is not JSON.
+    let c2 = connect(&servers[1]).await;
+    let hostile = [
+        (
+            "cilium/state/nodes/v1/c2/spoofed",
+            r#"{"Name":"spoofed","Cluster":"c1","ClusterID":1}"#,
+        ),
+        ("cilium/state/identities/v1/id/65800", "k8s:app=x;"),
+        ("cilium/state/ip/v1/default/10.202.9.9", "{not json"),
+    ];
+    for (key, value) in hostile {
+        c2.put(key, value).await.unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for (remote, server) in remotes.iter().zip(&servers) {
+        configure(dir.path(), &remote.name, server);
+    }
+    let (kvstoremesh, registry) = start(&local, dir.path(), NO_GRACE).await;
+    ready(&kvstoremesh).await;
+
+    let backend = connect(&local).await;
+    for (remote, server) in remotes.iter().zip(&servers) {
+        let name = &remote.name;
+        let mut expected = expected_cache(&connect(server).await, name).await;
+        expected.retain(|key, _| {
+            !key.contains("spoofed") && !key.ends_with("/65800") && !key.ends_with("/10.202.9.9")
+        });
+        let cache = cached(&backend, name).await;
+        assert_eq!(
+            cache.len(),
+            30,
+            "{name}: 3 nodes, 2 services, 5 identities, 20 entries"
+        );
+        assert_eq!(cache, expected, "{name}");
+        let canaries = list(&backend, &format!("cilium/synced/{name}/")).await;
+        assert_eq!(
+            canaries.keys().collect::<Vec<_>>(),
+            [
+                &format!("cilium/synced/{name}/cilium/cache/identities/v1"),
+                &format!("cilium/synced/{name}/cilium/cache/ip/v1"),
+                &format!("cilium/synced/{name}/cilium/cache/nodes/v1"),
+                &format!("cilium/synced/{name}/cilium/cache/services/v1"),
+            ]
+        );
+        let (config, _) = backend
+            .get(&format!("cilium/cluster-config/{name}"))
+            .await
+            .unwrap()
+            .expect("the cached cluster config");
+        assert_eq!(
+            String::from_utf8(config).unwrap(),
+            format!(
+                r#"{{"id":{},"capabilities":{{"syncedCanaries":true,"cached":true,"maxConnectedClusters":255}}}}"#,
+                remote.id
+            )
+        );
+    }
+    let text = metrics(&registry);
+    let errors: u64 = text
+        .lines()
+        .filter(|l| l.starts_with("kvstoremesh_kvstore_decode_errors_total{"))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(errors, 3, "each hostile entry counted once:\n{text}");
+    let statuses = kvstoremesh.status().await;
+    assert!(statuses.iter().all(|s| s.ready()), "{statuses:#?}");
+    kvstoremesh.shutdown().await;
+}
+
+#[actix_rt::test]
+#[ignore = "needs real etcd: `cargo xtask test` runs it"]
+async fn a_restart_deletes_only_what_the_remote_no_longer_has() {
+    let local = meshwork_lab::etcd::EtcdServer::start().unwrap();
+    let c1 = cluster("c1", 1);
+    let server = loaded(&c1).await;
+    let dir = tempfile::tempdir().unwrap();
+    configure(dir.path(), "c1", &server);
+    let (kvstoremesh, _) = start(&local, dir.path(), NO_GRACE).await;
+    ready(&kvstoremesh).await;
+    kvstoremesh.shutdown().await;
+
+    // While kvstoremesh is down the remote loses a node and gains an ipcache entry.
+    let remote = connect(&server).await;
+    let (gone, _) = c1.node(0);
+    remote.delete(&gone).await.unwrap();
+    let (key, value) = c1.ipcache(99);
+    remote.put(&key, value).await.unwrap();
+    let backend = connect(&local).await;
+    let from = backend.revision("cilium/").await.unwrap() + 1;
+
+    let (kvstoremesh, _) = start(&local, dir.path(), NO_GRACE).await;
+    ready(&kvstoremesh).await;
+    converged(&backend, &remote, "c1").await;
+    let seen = watch_until(&backend, "cilium/cache/", from, |seen| seen.len() >= 2).await;
+    assert_eq!(
+        seen,
+        [
+            "-cilium/cache/nodes/v1/c1/c1-node-0".to_owned(),
+            format!(
+                "+cilium/cache/ip/v1/c1/{}",
+                &key["cilium/state/ip/v1/default/".len()..]
+            ),
+        ],
+        "only the vanished node is deleted, only the new entry written"
+    );
+    kvstoremesh.shutdown().await;
+}
+
+#[actix_rt::test]
+#[ignore = "needs real etcd: `cargo xtask test` runs it"]
+async fn a_removed_remote_is_drained_config_first_then_canaries_then_entries() {
+    let local = meshwork_lab::etcd::EtcdServer::start().unwrap();
+    let (c1, c2) = (cluster("c1", 1), cluster("c2", 2));
+    let (s1, s2) = (loaded(&c1).await, loaded(&c2).await);
+    let dir = tempfile::tempdir().unwrap();
+    configure(dir.path(), "c1", &s1);
+    configure(dir.path(), "c2", &s2);
+    let grace = Duration::from_millis(500);
+    let (kvstoremesh, _) = start(&local, dir.path(), grace).await;
+    ready(&kvstoremesh).await;
+    let backend = connect(&local).await;
+    let from = backend.revision("cilium/").await.unwrap() + 1;
+
+    std::fs::remove_file(dir.path().join("c2")).unwrap();
+    // 1 config + 4 canaries + 30 entries.
+    let seen = watch_until(&backend, "cilium/", from, |seen| seen.len() >= 35).await;
+    assert!(
+        seen.iter().all(|e| e.starts_with('-') && e.contains("c2")),
+        "{seen:#?}"
+    );
+    assert_eq!(seen[0], "-cilium/cluster-config/c2");
+    assert!(
+        seen[1..5]
+            .iter()
+            .all(|e| e.starts_with("-cilium/synced/c2/")),
+        "{seen:#?}"
+    );
+    assert!(
+        seen[5..].iter().all(|e| e.starts_with("-cilium/cache/")),
+        "{seen:#?}"
+    );
+    assert!(cached(&backend, "c2").await.is_empty());
+    assert_eq!(cached(&backend, "c1").await.len(), 30, "c1 untouched");
+    kvstoremesh.shutdown().await;
+}
+
+#[actix_rt::test]
+#[ignore = "needs real etcd: `cargo xtask test` runs it"]
+async fn a_remote_that_goes_away_keeps_its_cache_and_is_listed_again_on_return() {
+    let local = meshwork_lab::etcd::EtcdServer::start().unwrap();
+    let c1 = cluster("c1", 1);
+    let mut server = loaded(&c1).await;
+    let dir = tempfile::tempdir().unwrap();
+    configure(dir.path(), "c1", &server);
+    let (kvstoremesh, _) = start(&local, dir.path(), NO_GRACE).await;
+    ready(&kvstoremesh).await;
+    let backend = connect(&local).await;
+
+    server.kill();
+    Wait::new("c1 to show disconnected")
+        .until_async(
+            || kvstoremesh.status(),
+            |s| s.iter().any(|s| s.name == "c1" && !s.connected),
+        )
+        .await
+        .unwrap_or_else(|err| panic!("{err}"));
+    assert_eq!(
+        cached(&backend, "c1").await.len(),
+        30,
+        "the cache stays while the remote is gone"
+    );
+
+    server.restart().unwrap();
+    let remote = connect(&server).await;
+    let (gone, _) = c1.node(1);
+    remote.delete(&gone).await.unwrap();
+    converged(&backend, &remote, "c1").await;
+    assert_eq!(cached(&backend, "c1").await.len(), 29);
+    kvstoremesh.shutdown().await;
+}
