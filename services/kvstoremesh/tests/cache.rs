@@ -114,15 +114,15 @@ async fn a_restart_deletes_only_what_the_remote_no_longer_has() {
     let (kvstoremesh, _) = start(&local, dir.path(), NO_GRACE).await;
     ready(&kvstoremesh).await;
     converged(&backend, &remote, "c1").await;
-    let seen = watch_until(&backend, "cilium/cache/", from, |seen| seen.len() >= 2).await;
+    let seen = events_since(&backend, "cilium/cache/", from).await;
     assert_eq!(
         seen,
         [
-            "-cilium/cache/nodes/v1/c1/c1-node-0".to_owned(),
             format!(
                 "+cilium/cache/ip/v1/c1/{}",
                 &key["cilium/state/ip/v1/default/".len()..]
             ),
+            "-cilium/cache/nodes/v1/c1/c1-node-0".to_owned(),
         ],
         "only the vanished node is deleted, only the new entry written"
     );

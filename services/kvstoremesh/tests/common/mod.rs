@@ -180,6 +180,20 @@ pub async fn watch_until(
     seen
 }
 
+/// Every event under `prefix` from `revision` up to now (a sentinel written under `prefix`
+/// ends it), as `+key` / `-key`, sorted: events of different stores come in no set order.
+pub async fn events_since(backend: &EtcdBackend, prefix: &str, revision: i64) -> Vec<String> {
+    let sentinel = format!("{prefix}zz-sentinel");
+    backend.put(&sentinel, "x").await.unwrap();
+    let mut seen = watch_until(backend, prefix, revision, |seen| {
+        seen.last().is_some_and(|e| e[1..] == sentinel)
+    })
+    .await;
+    seen.pop();
+    seen.sort();
+    seen
+}
+
 /// The text of `registry`.
 pub fn metrics(registry: &Registry) -> String {
     let mut out = String::new();
