@@ -10,9 +10,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use crate::{EtcdBackend, KeyWrite, KvstoreError};
 use futures::StreamExt as _;
 use futures::stream::FuturesUnordered;
+
+use crate::{EtcdBackend, KeyWrite, KvstoreError};
 
 /// A key and its new value, or `None` for a delete.
 pub type KeyChange = (String, Option<Vec<u8>>);

@@ -39,8 +39,8 @@ pub fn cache_prefix(cluster: &str, kind: Resource) -> String {
     }
 }
 
-/// Every cached prefix of `cluster` (with its identities' `id/` level removed, so that
-/// nothing under the cluster is missed).
+/// Every cached prefix of `cluster`, one per kind, down to the cluster (for identities, the
+/// `id/` level included, so nothing cached of the cluster is missed).
 pub fn cluster_prefixes(cluster: &str) -> [String; 4] {
     KINDS.map(|kind| format!("{}/{cluster}/", cache_scope(kind)))
 }
@@ -50,9 +50,10 @@ pub fn canary_key(cluster: &str, kind: Resource) -> String {
     format!("{SYNCED_PREFIX}/{cluster}/{}", cache_scope(kind))
 }
 
-/// `cilium/synced/<cluster>/`: every canary of `cluster`.
-pub fn canaries_prefix(cluster: &str) -> String {
-    format!("{SYNCED_PREFIX}/{cluster}/")
+/// `cilium/synced/<cluster>/cilium/cache/`: every cache canary of `cluster` (not the ones its
+/// own apiserver writes, were it this cluster).
+pub fn cache_canaries_prefix(cluster: &str) -> String {
+    format!("{SYNCED_PREFIX}/{cluster}/{CACHE_PREFIX}/")
 }
 
 /// The remote's cluster config as cached: its ID and limits, with `syncedCanaries` and

@@ -12,9 +12,10 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use meshwork_kvstore::keys::CLUSTER_CONFIG_PREFIX;
+use meshwork_kvstore::keys::CACHE_PREFIX;
 use meshwork_kvstore::lease_writer::{KeyChange, Writer};
-use meshwork_kvstore::{EtcdBackend, KvstoreError, keys::CACHE_PREFIX};
+use meshwork_kvstore::{EtcdBackend, KvstoreError};
+use meshwork_types::ClusterConfig;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -49,15 +50,8 @@ impl CacheWriter {
         metrics: CacheMetrics,
     ) -> Result<Self, KvstoreError> {
         let mut prefixes = vec![format!("{CACHE_PREFIX}/")];
-        prefixes.extend(
-            remotes
-                .iter()
-                .map(|r| format!("{}{CACHE_PREFIX}/", keys::canaries_prefix(r))),
-        );
-        let configs: Vec<String> = remotes
-            .iter()
-            .map(|r| format!("{CLUSTER_CONFIG_PREFIX}/{r}"))
-            .collect();
+        prefixes.extend(remotes.iter().map(|r| keys::cache_canaries_prefix(r)));
+        let configs: Vec<String> = remotes.iter().map(|r| ClusterConfig::key(r)).collect();
         let (writer, found) = Writer::adopt(backend, &prefixes, &configs, lease_ttl).await?;
         tracing::info!(
             keys = found.len(),
@@ -123,7 +117,7 @@ impl CacheWriter {
                 CacheOp::Put { key, value } => self.put(key, value),
                 CacheOp::Delete { key } => self.delete(key),
                 CacheOp::Config { cluster, value } => {
-                    self.put(format!("{CLUSTER_CONFIG_PREFIX}/{cluster}"), value);
+                    self.put(ClusterConfig::key(&cluster), value);
                 }
                 CacheOp::ListDone {
                     cluster,
@@ -150,28 +144,15 @@ impl CacheWriter {
                     let _ = self.readiness.send(ReadinessEvent::Synced(cluster, kind));
                 }
                 CacheOp::RemoveConfig { cluster, done } => {
-                    self.delete(format!("{CLUSTER_CONFIG_PREFIX}/{cluster}"));
+                    self.delete(ClusterConfig::key(&cluster));
                     self.flush().await;
                     let _ = done.send(());
                 }
                 CacheOp::RemoveCluster { cluster, done } => {
-                    let canaries: Vec<String> = self
-                        .under(&keys::canaries_prefix(&cluster))
-                        .filter(|key| key.contains(&format!("/{CACHE_PREFIX}/")))
-                        .map(str::to_owned)
-                        .collect();
-                    for key in canaries {
-                        self.delete(key);
-                    }
+                    self.delete_under(&keys::cache_canaries_prefix(&cluster));
                     self.flush().await;
-                    let entries: Vec<String> = keys::cluster_prefixes(&cluster)
-                        .iter()
-                        .flat_map(|prefix| {
-                            self.under(prefix).map(str::to_owned).collect::<Vec<_>>()
-                        })
-                        .collect();
-                    for key in entries {
-                        self.delete(key);
+                    for prefix in keys::cluster_prefixes(&cluster) {
+                        self.delete_under(&prefix);
                     }
                     self.flush().await;
                     let _ = done.send(());
@@ -188,6 +169,13 @@ impl CacheWriter {
     fn delete(&mut self, key: String) {
         self.cached.remove(&key);
         self.pending.push((key, None));
+    }
+
+    fn delete_under(&mut self, prefix: &str) {
+        let keys: Vec<String> = self.under(prefix).map(str::to_owned).collect();
+        for key in keys {
+            self.delete(key);
+        }
     }
 
     /// The cached keys under `prefix`.
