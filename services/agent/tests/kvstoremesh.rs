@@ -56,8 +56,12 @@ async fn an_agent_syncs_three_remotes_through_kvstoremesh() {
             "{kind}"
         );
     }
-    for name in ["c1", "c2", "c3"] {
+    for (id, name) in (1..).zip(["c1", "c2", "c3"]) {
         let status = mesh.status_until(name, "ready", |s| s.ready()).await;
+        // kvstoremesh marks its etcd config-required: an early agent waits for the cached
+        // config instead of reading the local cluster's own prefixes as the remote's.
+        assert!(status.config_required && status.config_retrieved, "{name}");
+        assert_eq!(status.cluster_id, id, "{name}: the cached config's ID");
         assert_eq!(
             status.etcd_endpoints,
             local.endpoint(),

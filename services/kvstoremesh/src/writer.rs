@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use meshwork_kvstore::keys::CACHE_PREFIX;
+use meshwork_kvstore::keys::{CACHE_PREFIX, HAS_CLUSTER_CONFIG_KEY};
 use meshwork_kvstore::lease_writer::{KeyChange, Writer};
 use meshwork_kvstore::{EtcdBackend, KvstoreError};
 use meshwork_types::ClusterConfig;
@@ -49,6 +49,11 @@ impl CacheWriter {
         readiness: mpsc::UnboundedSender<ReadinessEvent>,
         metrics: CacheMetrics,
     ) -> Result<Self, KvstoreError> {
+        // An agent that connects before a remote's config is cached must wait for it, not
+        // read the local cluster's own (empty) `cilium/state/` prefixes as that remote's.
+        backend
+            .create_if_absent(HAS_CLUSTER_CONFIG_KEY, "true")
+            .await?;
         let mut prefixes = vec![format!("{CACHE_PREFIX}/")];
         prefixes.extend(remotes.iter().map(|r| keys::cache_canaries_prefix(r)));
         let configs: Vec<String> = remotes.iter().map(|r| ClusterConfig::key(r)).collect();
