@@ -13,6 +13,7 @@ const PROTOS: &[&str] = &[
     "meshwork/agent/v1/datapath.proto",
     "meshwork/agent/v1/encrypt.proto",
     "meshwork/apiserver/v1/export.proto",
+    "meshwork/kvstoremesh/v1/kvstoremesh.proto",
     "meshwork/operator/v1/ipam.proto",
 ];
 

@@ -7,6 +7,8 @@
 //!   (`meshwork.agent.v1.Encrypt`): [`agent::v1::encrypt_client::EncryptClient`].
 //! - [`apiserver::v1`]: the apiserver's `Export` (`meshwork.apiserver.v1.Export`): agents
 //!   publish their node and endpoints, operators declare global services.
+//! - [`kvstoremesh::v1`]: kvstoremesh's status (`meshwork.kvstoremesh.v1.KvstoreMesh`):
+//!   the remote clusters it caches, in the agent's shape, and the cache's state.
 //! - [`operator::v1`]: the operator's IPAM API for agents (`meshwork.operator.v1.NodeIpam`):
 //!   each node's published allocation as one consistent snapshot.
 //! - [`standard`]: health and reflection, which every Meshwork gRPC server adds.
@@ -48,6 +50,22 @@ pub mod apiserver {
             clippy::pedantic
         )]
         tonic::include_proto!("meshwork.apiserver.v1");
+    }
+}
+
+/// kvstoremesh's API, package `meshwork.kvstoremesh.v1`.
+pub mod kvstoremesh {
+    /// Version 1 of kvstoremesh's status API.
+    pub mod v1 {
+        // Generated code, as for the agent's API.
+        #![allow(
+            missing_docs,
+            unused_qualifications,
+            rust_2018_idioms,
+            clippy::all,
+            clippy::pedantic
+        )]
+        tonic::include_proto!("meshwork.kvstoremesh.v1");
     }
 }
 

@@ -8,6 +8,7 @@
 //! - [`barrier`]: the latches and the mesh-level waits, with its actor [`barrier_actor`].
 //! - [`identity_cache`]: remote identities with Cilium's on-sync semantics, with its actor
 //!   [`identity_actor`].
+//! - [`status`]: what each remote cluster reports, in the API's shape by [`status_api`].
 
 pub mod barrier;
 pub mod barrier_actor;
@@ -21,6 +22,7 @@ pub mod mesh_state;
 pub mod metrics;
 pub mod remote_cluster;
 pub mod status;
+pub mod status_api;
 
 pub use barrier::{ClusterWait, Consumer, MeshWait, SyncBarrier, WaitError, WaitOutcome};
 pub use meshwork_types::{Resource, SyncKind};

@@ -5,7 +5,7 @@ use std::time::Duration;
 use actix::Addr;
 use meshwork_clustermesh::barrier_actor::{GetMeshWait, SyncBarrierActor};
 use meshwork_clustermesh::mesh::{ClusterMesh, GetMeshStatus};
-use meshwork_clustermesh::status::ClusterStatus;
+use meshwork_clustermesh::status_api::mesh_status;
 use meshwork_clustermesh::{SyncKind, WaitError, WaitOutcome};
 use meshwork_proto::agent::v1 as pb;
 use tonic::{Request, Response, Status};
@@ -96,46 +96,5 @@ impl pb::agent_server::Agent for LocalApi {
             breaker_fired,
             waited_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         }))
-    }
-}
-
-fn mesh_status(statuses: &[ClusterStatus]) -> pb::ClusterMeshStatus {
-    let clusters: Vec<pb::RemoteClusterStatus> = statuses.iter().map(cluster_status).collect();
-    pb::ClusterMeshStatus {
-        ready: u32::try_from(clusters.iter().filter(|c| c.ready).count()).unwrap_or(u32::MAX),
-        total: u32::try_from(clusters.len()).unwrap_or(u32::MAX),
-        clusters,
-    }
-}
-
-fn cluster_status(s: &ClusterStatus) -> pb::RemoteClusterStatus {
-    pb::RemoteClusterStatus {
-        name: s.name.clone(),
-        ready: s.ready(),
-        connected: s.connected,
-        cluster_id: s.cluster_id,
-        config: Some(pb::ConfigStatus {
-            required: s.config_required,
-            retrieved: s.config_retrieved,
-        }),
-        // Cilium's status calls the listed stores "synced" and the ipcache "endpoints".
-        synced: Some(pb::SyncStatus {
-            nodes: s.listed.nodes,
-            services: s.listed.services,
-            identities: s.listed.identities,
-            endpoints: s.listed.ipcache,
-        }),
-        entries: Some(pb::EntryCounts {
-            nodes: s.entries.nodes,
-            services: s.entries.services,
-            identities: s.entries.identities,
-            endpoints: s.entries.ipcache,
-        }),
-        failures: s.failures,
-        last_failure: s
-            .last_failure
-            .map(|t| humantime::format_rfc3339_seconds(t).to_string()),
-        last_error: s.last_error.clone(),
-        endpoints: s.etcd_endpoints.clone(),
     }
 }

@@ -1,15 +1,21 @@
 //! The agent reading every remote through kvstoremesh: one etcd connection (the local one),
-//! the cached config's `cached: true`, the cache prefixes, and every wait returning.
+//! the cached config's `cached: true`, the cache prefixes, and every wait returning; and a
+//! kvstoremesh SIGKILLed and restarted under it, which the agent sees as only the remote's
+//! own changes.
 
 mod common;
 
+use std::path::Path;
+use std::process::Command;
 use std::time::Duration;
 
-use common::{Mesh, connect, init_tracing, load};
+use common::{Contribution, Mesh, connect, init_tracing, load};
 use meshwork_clustermesh::{SyncKind, WaitOutcome};
 use meshwork_kvstoremesh::service::{KvstoreMesh, Settings};
 use meshwork_lab::cilium::{Cluster, Sizes};
 use meshwork_lab::etcd::EtcdServer;
+use meshwork_lab::process::LabProcess;
+use meshwork_lab::wait::Wait;
 use prometheus_client::registry::Registry;
 
 const SIZES: Sizes = Sizes {
@@ -85,4 +91,111 @@ async fn an_agent_syncs_three_remotes_through_kvstoremesh() {
         assert_eq!(mesh.registered_identities(name).await, 5);
     }
     kvstoremesh.shutdown().await;
+}
+
+/// The kvstoremesh binary (built beside the agent by the workspace build) caching the remotes
+/// of `dir` in `local`, started and running.
+fn spawn_kvstoremesh(local: &EtcdServer, dir: &Path, log: &Path) -> LabProcess {
+    let binary =
+        Path::new(env!("CARGO_BIN_EXE_meshwork-agent")).with_file_name("meshwork-apiserver");
+    assert!(
+        binary.exists(),
+        "{} is missing: build the workspace",
+        binary.display()
+    );
+    let mut command = Command::new(binary);
+    command
+        .arg("kvstoremesh")
+        .args(["--cluster-name", "local", "--cluster-id", "9"])
+        .arg("--clustermesh-config")
+        .arg(dir)
+        .args(["--kvstore-endpoints", &local.endpoint()])
+        .args([
+            "--health-serve-addr",
+            "127.0.0.1:0",
+            "--api-serve-addr",
+            "127.0.0.1:0",
+        ])
+        .args(["--prometheus-serve-addr", ""])
+        .env("NO_COLOR", "1");
+    let mut process = LabProcess::spawn("kvstoremesh", command, log).unwrap();
+    Wait::new("kvstoremesh to run")
+        .timeout(Duration::from_secs(30))
+        .until(
+            || {
+                process.check_running().unwrap();
+                std::fs::read_to_string(log)
+                    .unwrap_or_default()
+                    .contains("meshwork-apiserver kvstoremesh running")
+            },
+            |up| *up,
+        )
+        .unwrap_or_else(|err| panic!("{err}\n{}", process.log_tail()));
+    process
+}
+
+#[actix_rt::test]
+#[ignore = "needs real etcd: `cargo xtask test` runs it"]
+async fn a_kvstoremesh_sigkill_and_restart_shows_the_agent_only_the_remotes_changes() {
+    init_tracing();
+    let local = EtcdServer::start().unwrap();
+    let (dir, logs) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let c1 = Cluster {
+        name: "c1".to_owned(),
+        id: 1,
+        sizes: SIZES,
+    };
+    let server = EtcdServer::start().unwrap();
+    let remote = connect(&server).await;
+    load(&remote, &c1).await.unwrap();
+    meshwork_lab::agent::write_cluster_config(dir.path(), "c1", &server.endpoint()).unwrap();
+    let mut first = spawn_kvstoremesh(&local, dir.path(), &logs.path().join("kvstoremesh-1.log"));
+
+    let mesh = Mesh::start("local", 9, Duration::from_secs(60)).await;
+    mesh.add_server("c1", &local).await;
+    assert_eq!(
+        mesh.wait(SyncKind::IpIdentities, Some(Duration::from_secs(30)))
+            .await,
+        Ok(WaitOutcome::Synced)
+    );
+    let before = Contribution {
+        nodes: 3,
+        services: 2,
+        ipcache: 20,
+    };
+    mesh.contribution_until("c1", before).await;
+    let seen_before = mesh.events().await.len();
+
+    // While kvstoremesh is dead the remote loses a node and gains a node and an entry.
+    first.kill();
+    let (gone, _) = c1.node(0);
+    remote.delete(&gone).await.unwrap();
+    let (added, value) = c1.node(7);
+    remote.put(&added, value).await.unwrap();
+    let (entry, value) = c1.ipcache(99);
+    remote.put(&entry, value).await.unwrap();
+    let _second = spawn_kvstoremesh(&local, dir.path(), &logs.path().join("kvstoremesh-2.log"));
+
+    mesh.contribution_until(
+        "c1",
+        Contribution {
+            ipcache: 21,
+            ..before
+        },
+    )
+    .await;
+    let mut changes = mesh.events().await.split_off(seen_before);
+    changes.sort();
+    assert_eq!(
+        changes.len(),
+        3,
+        "only the remote's three changes: {changes:#?}"
+    );
+    assert_eq!(changes[1], "node+ c1 c1-node-7", "{changes:#?}");
+    assert_eq!(
+        changes[2], "node- c1 c1-node-0",
+        "no delete of a live entry: {changes:#?}"
+    );
+    assert!(changes[0].starts_with("ip+ c1 "), "{changes:#?}");
+    assert!(mesh.status("c1").await.ready());
 }

@@ -1,5 +1,6 @@
-//! `meshwork-apiserver kvstoremesh`, the binary: `/readyz` follows the cache, and a SIGKILL
-//! and restart while the remote changes deletes no cached entry the remote still has.
+//! `meshwork-apiserver kvstoremesh`, the binary: `/readyz` follows the cache, `meshctl
+//! --kvstoremesh` shows it, and a SIGKILL and restart while the remote changes deletes no
+//! cached entry the remote still has.
 
 #[path = "../../kvstoremesh/tests/common/mod.rs"]
 mod cache;
@@ -16,7 +17,30 @@ use meshwork_lab::wait::{Wait, free_port};
 
 const RUNNING: &str = "meshwork-apiserver kvstoremesh running";
 
-fn spawn(local: &EtcdServer, dir: &Path, health: u16, log: &Path) -> LabProcess {
+/// Runs meshctl (built beside this binary by the workspace build) against kvstoremesh's
+/// API on `port`: exit code, stdout, stderr.
+fn meshctl(port: u16, args: &[&str]) -> (i32, String, String) {
+    let binary = Path::new(env!("CARGO_BIN_EXE_meshwork-apiserver")).with_file_name("meshctl");
+    assert!(
+        binary.exists(),
+        "{} is missing: build the workspace",
+        binary.display()
+    );
+    let output = Command::new(binary)
+        .env_remove("MESHWORK_KVSTOREMESH")
+        .args(["--kvstoremesh", &format!("127.0.0.1:{port}")])
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+fn spawn(local: &EtcdServer, dir: &Path, ports: (u16, u16), log: &Path) -> LabProcess {
+    let (health, api) = ports;
     let mut command = Command::new(env!("CARGO_BIN_EXE_meshwork-apiserver"));
     command
         .arg("kvstoremesh")
@@ -25,6 +49,7 @@ fn spawn(local: &EtcdServer, dir: &Path, health: u16, log: &Path) -> LabProcess 
         .arg(dir)
         .args(["--kvstore-endpoints", &local.endpoint()])
         .args(["--health-serve-addr", &format!("127.0.0.1:{health}")])
+        .args(["--api-serve-addr", &format!("127.0.0.1:{api}")])
         .args(["--prometheus-serve-addr", ""])
         .env("NO_COLOR", "1");
     let mut process = LabProcess::spawn("kvstoremesh", command, log).unwrap();
@@ -52,11 +77,11 @@ async fn sigkill_and_restart_while_the_remote_changes_deletes_no_live_entry() {
     let dir = tempfile::tempdir().unwrap();
     let logs = tempfile::tempdir().unwrap();
     cache::configure(dir.path(), "c1", &server);
-    let health = free_port().unwrap();
+    let (health, api) = (free_port().unwrap(), free_port().unwrap());
     let mut first = spawn(
         &local,
         dir.path(),
-        health,
+        (health, api),
         &logs.path().join("kvstoremesh-1.log"),
     );
     wait_readyz(health, Duration::from_secs(30)).await.unwrap();
@@ -65,7 +90,21 @@ async fn sigkill_and_restart_while_the_remote_changes_deletes_no_live_entry() {
     cache::converged(&backend, &remote, "c1").await;
     let from = backend.revision("cilium/").await.unwrap() + 1;
 
+    let (code, json, err) = meshctl(api, &["status", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        json.contains(r#""name":"c1","ready":true,"connected":true,"cluster_id":1"#)
+            && json.contains(r#""entries":{"nodes":3,"services":2,"identities":5,"endpoints":20}"#),
+        "{json}"
+    );
+
     first.kill();
+    let (code, _, err) = meshctl(api, &["status"]);
+    assert_eq!(code, 3, "{err}");
+    assert!(
+        err.contains("cannot reach kvstoremesh at 127.0.0.1:"),
+        "{err}"
+    );
     let (gone, _) = c1.node(2);
     remote.delete(&gone).await.unwrap();
     let (added, value) = c1.node(7);
@@ -73,7 +112,7 @@ async fn sigkill_and_restart_while_the_remote_changes_deletes_no_live_entry() {
     let mut second = spawn(
         &local,
         dir.path(),
-        health,
+        (health, api),
         &logs.path().join("kvstoremesh-2.log"),
     );
     wait_readyz(health, Duration::from_secs(30)).await.unwrap();
@@ -89,6 +128,17 @@ async fn sigkill_and_restart_while_the_remote_changes_deletes_no_live_entry() {
     );
     let (status, body) = http_get(health, "/readyz").await;
     assert_eq!(status, 200, "{body}");
+    let (code, text, err) = meshctl(api, &["status"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        text.contains("ClusterMesh:   1/1 remote clusters ready"),
+        "{text}"
+    );
+    assert!(
+        text.contains("   c1: ready, 3 nodes, 20 endpoints"),
+        "{text}"
+    );
+    assert!(text.contains("KVStoreMesh:   ready ("), "{text}");
     second.signal(nix::sys::signal::Signal::SIGTERM).unwrap();
     let exited = Wait::new("kvstoremesh to exit on SIGTERM")
         .until(|| second.exit_status(), Option::is_some)

@@ -15,8 +15,9 @@
 //! - [`writer`]: the one task writing the cache (leases, the first list's clean-up, the
 //!   canaries, the removal drain).
 //! - [`readiness`]: when the cache is ready (Cilium's per-cluster and global timeouts).
-//! - [`service`]: the whole, started.
+//! - [`service`]: the whole, started; [`api`]: its status API (`meshwork.kvstoremesh.v1`).
 
+pub mod api;
 pub mod keys;
 pub mod metrics;
 pub mod mirror;

@@ -26,6 +26,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::api::StatusApi;
 use crate::metrics::CacheMetrics;
 use crate::readiness::{self, Readiness};
 use crate::stores::{CacheSinks, CacheStores};
@@ -91,6 +92,7 @@ pub struct KvstoreMesh {
     mesh: Addr<ClusterMesh<CacheStores>>,
     watcher: Addr<ConfigDirWatcher>,
     mesh_metrics: Arc<MeshMetrics>,
+    metrics: CacheMetrics,
     ready: watch::Receiver<bool>,
     stop_writer: CancellationToken,
     writer: JoinHandle<()>,
@@ -110,13 +112,14 @@ impl KvstoreMesh {
         let remotes: Vec<Arc<str>> = state.clusters().map(Arc::from).collect();
         let (metrics, mesh_metrics, kvstore_metrics) = CacheMetrics::register(registry);
         let (readiness_tx, readiness_rx) = mpsc::unbounded_channel();
-        let writer = CacheWriter::adopt(
+        // Boxed: adopting reads the whole cache, a large future to carry inline.
+        let writer = Box::pin(CacheWriter::adopt(
             backend,
             &remotes,
             settings.lease_ttl,
             readiness_tx.clone(),
             metrics.clone(),
-        )
+        ))
         .await?;
         let (ops, ops_rx) = mpsc::unbounded_channel();
         let stop_writer = CancellationToken::new();
@@ -164,6 +167,7 @@ impl KvstoreMesh {
             mesh,
             watcher,
             mesh_metrics: Arc::new(mesh_metrics),
+            metrics,
             ready,
             stop_writer,
             writer,
@@ -183,6 +187,16 @@ impl KvstoreMesh {
     /// The remote-cluster metrics, refreshed from [`Self::status`] before a scrape.
     pub fn mesh_metrics(&self) -> Arc<MeshMetrics> {
         Arc::clone(&self.mesh_metrics)
+    }
+
+    /// The status API, reporting `local_endpoints` as the local etcd's.
+    pub fn status_api(&self, local_endpoints: impl Into<String>) -> StatusApi {
+        StatusApi {
+            mesh: self.mesh.clone(),
+            ready: self.ready.clone(),
+            metrics: self.metrics.clone(),
+            local_endpoints: local_endpoints.into(),
+        }
     }
 
     /// A handle to ask for status from elsewhere (the metrics refresh, the status API).

@@ -41,6 +41,16 @@ pub struct Cli {
     )]
     pub apiserver: Option<String>,
 
+    /// kvstoremesh's status API (HOST:PORT, its --api-serve-addr, default 127.0.0.1:9889):
+    /// `status` then shows the remote clusters kvstoremesh caches instead of the agent's.
+    #[arg(
+        long,
+        global = true,
+        value_name = "HOST:PORT",
+        env = "MESHWORK_KVSTOREMESH"
+    )]
+    pub kvstoremesh: Option<String>,
+
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -55,6 +65,9 @@ pub enum Command {
     /// cluster configuration and cluster ID, whether its nodes, services, identities and
     /// endpoints (ipcache) have synced, how many entries of each the agent holds, its
     /// connection failures (with the last one's time) and its last error.
+    ///
+    /// With --kvstoremesh, the same for each remote cluster kvstoremesh caches, and the
+    /// cache's state (ready, keys cached, write failures).
     Status(StatusArgs),
     /// Inspect the BPF maps directly on bpffs (no agent needed).
     #[command(subcommand)]

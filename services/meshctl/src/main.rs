@@ -6,6 +6,7 @@ mod client;
 mod datapath;
 mod encrypt;
 mod health;
+mod kvstoremesh;
 mod services;
 mod status;
 
@@ -24,7 +25,7 @@ const EXIT_AGENT_ERROR: u8 = 3;
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Status(args) => status::run(&cli.socket, &args).await,
+        Command::Status(args) => status::run(&cli.socket, cli.kvstoremesh.as_deref(), &args).await,
         Command::Bpf(BpfCommand::Ipcache(IpcacheCommand::List { bpf_root, json })) => {
             datapath::ipcache_list(&bpf_root, json).map(|()| ExitCode::SUCCESS)
         }

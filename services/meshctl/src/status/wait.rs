@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use tokio::time::{Instant, MissedTickBehavior, interval, timeout_at};
 
+use super::Source;
 use super::progress::Progress;
 use super::view::StatusView;
-use crate::client::Agent;
 
-/// How often the agent is asked.
+/// How often the agent (or kvstoremesh) is asked.
 const POLL: Duration = Duration::from_millis(250);
 
 /// How a wait ended.
@@ -27,7 +27,7 @@ pub enum Outcome {
 
 /// Polls the agent until the cluster mesh is ready or `timeout` has passed, retrying while
 /// the agent can't be reached (it may be starting).
-pub async fn wait(agent: &mut Agent, timeout: Duration) -> Outcome {
+pub async fn wait(source: &mut Source, timeout: Duration) -> Outcome {
     let start = Instant::now();
     let deadline = start + timeout;
     let mut progress = Progress::new(timeout);
@@ -38,7 +38,7 @@ pub async fn wait(agent: &mut Agent, timeout: Duration) -> Outcome {
     loop {
         let poll = async {
             ticks.tick().await;
-            agent.status().await
+            source.clustermesh().await
         };
         let Ok(reply) = timeout_at(deadline, poll).await else {
             break;
@@ -67,13 +67,14 @@ pub async fn wait(agent: &mut Agent, timeout: Duration) -> Outcome {
 
 /// Why `--wait` gave up: the clusters not ready and their last errors, or why no status came.
 pub fn timeout_message(
+    from: &str,
     timeout: Duration,
     last: Option<&StatusView>,
     error: Option<&str>,
 ) -> String {
     let timeout = humantime::format_duration(timeout);
     let Some(view) = last else {
-        let mut msg = format!("timed out after {timeout} without a status from the agent");
+        let mut msg = format!("timed out after {timeout} without a status from {from}");
         if let Some(error) = error {
             // Writing to a String cannot fail.
             let _ = write!(msg, ": {error}");
@@ -111,7 +112,7 @@ mod tests {
             });
         let view = StatusView::from(&mesh);
         assert_eq!(
-            timeout_message(Duration::from_secs(120), Some(&view), None),
+            timeout_message("the agent", Duration::from_secs(120), Some(&view), None),
             "timed out after 2m waiting for the cluster mesh: 1/3 remote clusters ready; not ready:\n   \
              cluster-3: clusterID 2 is already used\n   cluster-4: no error reported"
         );
@@ -121,11 +122,12 @@ mod tests {
     fn says_why_no_status_came() {
         assert_eq!(
             timeout_message(
+                "kvstoremesh",
                 Duration::from_secs(30),
                 None,
                 Some("cannot reach the agent")
             ),
-            "timed out after 30s without a status from the agent: cannot reach the agent"
+            "timed out after 30s without a status from kvstoremesh: cannot reach the agent"
         );
     }
 }

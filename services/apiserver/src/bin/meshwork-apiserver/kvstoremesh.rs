@@ -11,6 +11,8 @@ use meshwork_clustermesh::mesh::GetMeshStatus;
 use meshwork_http::{HealthServer, MetricsServer, Refresh};
 use meshwork_kvstore::EtcdBackend;
 use meshwork_kvstoremesh::service::{KvstoreMesh, Settings};
+use meshwork_proto::StandardServices;
+use meshwork_proto::kvstoremesh::v1::kvstore_mesh_server;
 use meshwork_types::{validate_cluster_id, validate_cluster_name, validate_max_connected_clusters};
 use prometheus_client::registry::Registry;
 use tokio::signal::unix::{SignalKind, signal};
@@ -59,6 +61,11 @@ pub struct KvstoremeshArgs {
     /// served.
     #[arg(long, default_value = "127.0.0.1:9881", value_name = "ADDR")]
     pub health_serve_addr: String,
+    /// Where the status API (gRPC `meshwork.kvstoremesh.v1.KvstoreMesh`, with health and
+    /// reflection) is served, for `meshctl --kvstoremesh ADDR status`; Cilium's kvstoremesh
+    /// API port.
+    #[arg(long, default_value = "127.0.0.1:9889", value_name = "ADDR")]
+    pub api_serve_addr: String,
     /// Where `/metrics` (`meshwork_kvstoremesh_*`) is served; empty disables it.
     #[arg(long, default_value = "127.0.0.1:9965", value_name = "ADDR")]
     pub prometheus_serve_addr: String,
@@ -94,12 +101,16 @@ impl KvstoremeshArgs {
 pub async fn run(args: &KvstoremeshArgs) -> anyhow::Result<()> {
     let settings = args.settings()?;
     let health_addr = addr("--health-serve-addr", &args.health_serve_addr)?;
+    let api_addr = addr("--api-serve-addr", &args.api_serve_addr)?;
     let metrics_addr = (!args.prometheus_serve_addr.is_empty())
         .then(|| addr("--prometheus-serve-addr", &args.prometheus_serve_addr))
         .transpose()?;
     let mut terminate =
         signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let health = HealthServer::bind(health_addr).await?;
+    let api_listener = tokio::net::TcpListener::bind(api_addr)
+        .await
+        .with_context(|| format!("binding --api-serve-addr {api_addr}"))?;
     let metrics_server = match metrics_addr {
         Some(addr) => Some(MetricsServer::bind(addr).await?),
         None => None,
@@ -129,11 +140,28 @@ pub async fn run(args: &KvstoremeshArgs) -> anyhow::Result<()> {
         });
         servers.push(server.serve(registry, Some(refresh), stop.clone()));
     }
-    tracing::info!(cluster = %args.cluster_name, health = %health_addr, "meshwork-apiserver kvstoremesh running");
+    let (standard, readiness) = StandardServices::new(&[kvstore_mesh_server::SERVICE_NAME]).await;
+    let (health_ready, mut cached) = (readiness.clone(), kvstoremesh.ready());
+    tokio::spawn(async move {
+        if cached.wait_for(|ready| *ready).await.is_ok() {
+            health_ready.ready().await;
+        }
+    });
+    let router = tonic::transport::Server::builder().add_service(
+        kvstoremesh
+            .status_api(args.kvstore.kvstore_endpoints.join(","))
+            .into_server(),
+    );
+    let api = tokio::spawn(standard.add_to(router).serve_with_incoming_shutdown(
+        tokio_stream::wrappers::TcpListenerStream::new(api_listener),
+        stop.clone().cancelled_owned(),
+    ));
+    tracing::info!(cluster = %args.cluster_name, health = %health_addr, api = %api_addr, "meshwork-apiserver kvstoremesh running");
     tokio::select! {
         _ = terminate.recv() => tracing::info!("SIGTERM: stopping"),
         _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: stopping"),
     }
+    readiness.shutting_down().await;
     stop.cancel();
     if tokio::time::timeout(STOP_GRACE, kvstoremesh.shutdown())
         .await
@@ -141,6 +169,7 @@ pub async fn run(args: &KvstoremeshArgs) -> anyhow::Result<()> {
     {
         tracing::warn!("the last cache writes did not finish in time");
     }
+    let _ = tokio::time::timeout(STOP_GRACE, api).await;
     for server in servers {
         let _ = tokio::time::timeout(STOP_GRACE, server).await;
     }
