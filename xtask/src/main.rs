@@ -29,12 +29,12 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         runner_args: Vec<String>,
     },
-    /// Run setup, then the demo: three Meshwork clusters (etcd, meshwork-apiserver, two agents
-    /// each) meshed with each other, pods connecting across clusters, a remote drained, then
-    /// the no-drop proof on the same topology.
+    /// Run setup, then the demo: three Meshwork clusters (etcd, meshwork-apiserver, kvstoremesh,
+    /// two agents each) meshed with each other through kvstoremesh, pods connecting across
+    /// clusters, a remote drained, then the no-drop proof on the same topology.
     Demo {
-        /// Arguments passed on to the demo (`--clusters`, `--nodes`, `--no-proof`; see
-        /// `--help` after `--`).
+        /// Arguments passed on to the demo (`--clusters`, `--nodes`, `--no-proof`,
+        /// `--no-kvstoremesh`; see `--help` after `--`).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },

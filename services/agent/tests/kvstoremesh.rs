@@ -6,7 +6,6 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use common::{Contribution, Mesh, connect, init_tracing, load};
@@ -14,8 +13,7 @@ use meshwork_clustermesh::{SyncKind, WaitOutcome};
 use meshwork_kvstoremesh::service::{KvstoreMesh, Settings};
 use meshwork_lab::cilium::{Cluster, Sizes};
 use meshwork_lab::etcd::EtcdServer;
-use meshwork_lab::process::LabProcess;
-use meshwork_lab::wait::Wait;
+use meshwork_lab::kvstoremesh::{KvstoremeshOptions, KvstoremeshProcess};
 use prometheus_client::registry::Registry;
 
 const SIZES: Sizes = Sizes {
@@ -93,9 +91,9 @@ async fn an_agent_syncs_three_remotes_through_kvstoremesh() {
     kvstoremesh.shutdown().await;
 }
 
-/// The kvstoremesh binary (built beside the agent by the workspace build) caching the remotes
-/// of `dir` in `local`, started and running.
-fn spawn_kvstoremesh(local: &EtcdServer, dir: &Path, log: &Path) -> LabProcess {
+/// kvstoremesh (the apiserver binary, built beside the agent by the workspace build)
+/// caching the remotes of `dir` in `local`.
+fn kvstoremesh(local: &EtcdServer, dir: &Path, logs: &Path) -> KvstoremeshOptions {
     let binary =
         Path::new(env!("CARGO_BIN_EXE_meshwork-agent")).with_file_name("meshwork-apiserver");
     assert!(
@@ -103,35 +101,7 @@ fn spawn_kvstoremesh(local: &EtcdServer, dir: &Path, log: &Path) -> LabProcess {
         "{} is missing: build the workspace",
         binary.display()
     );
-    let mut command = Command::new(binary);
-    command
-        .arg("kvstoremesh")
-        .args(["--cluster-name", "local", "--cluster-id", "9"])
-        .arg("--clustermesh-config")
-        .arg(dir)
-        .args(["--kvstore-endpoints", &local.endpoint()])
-        .args([
-            "--health-serve-addr",
-            "127.0.0.1:0",
-            "--api-serve-addr",
-            "127.0.0.1:0",
-        ])
-        .args(["--prometheus-serve-addr", ""])
-        .env("NO_COLOR", "1");
-    let mut process = LabProcess::spawn("kvstoremesh", command, log).unwrap();
-    Wait::new("kvstoremesh to run")
-        .timeout(Duration::from_secs(30))
-        .until(
-            || {
-                process.check_running().unwrap();
-                std::fs::read_to_string(log)
-                    .unwrap_or_default()
-                    .contains("meshwork-apiserver kvstoremesh running")
-            },
-            |up| *up,
-        )
-        .unwrap_or_else(|err| panic!("{err}\n{}", process.log_tail()));
-    process
+    KvstoremeshOptions::new(&binary, ("local", 9), &local.endpoint(), dir, logs).unwrap()
 }
 
 #[actix_rt::test]
@@ -149,7 +119,8 @@ async fn a_kvstoremesh_sigkill_and_restart_shows_the_agent_only_the_remotes_chan
     let remote = connect(&server).await;
     load(&remote, &c1).await.unwrap();
     meshwork_lab::agent::write_cluster_config(dir.path(), "c1", &server.endpoint()).unwrap();
-    let mut first = spawn_kvstoremesh(&local, dir.path(), &logs.path().join("kvstoremesh-1.log"));
+    let options = kvstoremesh(&local, dir.path(), logs.path());
+    let mut first = KvstoremeshProcess::start(&options, 1).unwrap();
 
     let mesh = Mesh::start("local", 9, Duration::from_secs(60)).await;
     mesh.add_server("c1", &local).await;
@@ -167,14 +138,14 @@ async fn a_kvstoremesh_sigkill_and_restart_shows_the_agent_only_the_remotes_chan
     let seen_before = mesh.events().await.len();
 
     // While kvstoremesh is dead the remote loses a node and gains a node and an entry.
-    first.kill();
+    first.process().kill();
     let (gone, _) = c1.node(0);
     remote.delete(&gone).await.unwrap();
     let (added, value) = c1.node(7);
     remote.put(&added, value).await.unwrap();
     let (entry, value) = c1.ipcache(99);
     remote.put(&entry, value).await.unwrap();
-    let _second = spawn_kvstoremesh(&local, dir.path(), &logs.path().join("kvstoremesh-2.log"));
+    let _second = KvstoremeshProcess::start(&options, 2).unwrap();
 
     mesh.contribution_until(
         "c1",

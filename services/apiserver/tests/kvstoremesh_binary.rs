@@ -12,10 +12,8 @@ use std::time::Duration;
 
 use common::apiserver::{http_get, wait_readyz};
 use meshwork_lab::etcd::EtcdServer;
-use meshwork_lab::process::LabProcess;
-use meshwork_lab::wait::{Wait, free_port};
-
-const RUNNING: &str = "meshwork-apiserver kvstoremesh running";
+use meshwork_lab::kvstoremesh::{KvstoremeshOptions, KvstoremeshProcess};
+use meshwork_lab::wait::Wait;
 
 /// Runs meshctl (built beside this binary by the workspace build) against kvstoremesh's
 /// API on `port`: exit code, stdout, stderr.
@@ -39,35 +37,6 @@ fn meshctl(port: u16, args: &[&str]) -> (i32, String, String) {
     )
 }
 
-fn spawn(local: &EtcdServer, dir: &Path, ports: (u16, u16), log: &Path) -> LabProcess {
-    let (health, api) = ports;
-    let mut command = Command::new(env!("CARGO_BIN_EXE_meshwork-apiserver"));
-    command
-        .arg("kvstoremesh")
-        .args(["--cluster-name", "local", "--cluster-id", "9"])
-        .arg("--clustermesh-config")
-        .arg(dir)
-        .args(["--kvstore-endpoints", &local.endpoint()])
-        .args(["--health-serve-addr", &format!("127.0.0.1:{health}")])
-        .args(["--api-serve-addr", &format!("127.0.0.1:{api}")])
-        .args(["--prometheus-serve-addr", ""])
-        .env("NO_COLOR", "1");
-    let mut process = LabProcess::spawn("kvstoremesh", command, log).unwrap();
-    Wait::new("kvstoremesh to run")
-        .timeout(Duration::from_secs(30))
-        .until(
-            || {
-                process.check_running().unwrap();
-                std::fs::read_to_string(log)
-                    .unwrap_or_default()
-                    .contains(RUNNING)
-            },
-            |up| *up,
-        )
-        .unwrap_or_else(|err| panic!("{err}\n{}", process.log_tail()));
-    process
-}
-
 #[actix_rt::test]
 #[ignore = "needs real etcd: `cargo xtask test` runs it"]
 async fn sigkill_and_restart_while_the_remote_changes_deletes_no_live_entry() {
@@ -77,13 +46,16 @@ async fn sigkill_and_restart_while_the_remote_changes_deletes_no_live_entry() {
     let dir = tempfile::tempdir().unwrap();
     let logs = tempfile::tempdir().unwrap();
     cache::configure(dir.path(), "c1", &server);
-    let (health, api) = (free_port().unwrap(), free_port().unwrap());
-    let mut first = spawn(
-        &local,
+    let options = KvstoremeshOptions::new(
+        Path::new(env!("CARGO_BIN_EXE_meshwork-apiserver")),
+        ("local", 9),
+        &local.endpoint(),
         dir.path(),
-        (health, api),
-        &logs.path().join("kvstoremesh-1.log"),
-    );
+        logs.path(),
+    )
+    .unwrap();
+    let (health, api) = (options.health_port, options.api_port);
+    let mut first = KvstoremeshProcess::start(&options, 1).unwrap();
     wait_readyz(health, Duration::from_secs(30)).await.unwrap();
     let backend = cache::connect(&local).await;
     let remote = cache::connect(&server).await;
@@ -98,7 +70,7 @@ async fn sigkill_and_restart_while_the_remote_changes_deletes_no_live_entry() {
         "{json}"
     );
 
-    first.kill();
+    first.process().kill();
     let (code, _, err) = meshctl(api, &["status"]);
     assert_eq!(code, 3, "{err}");
     assert!(
@@ -109,12 +81,7 @@ async fn sigkill_and_restart_while_the_remote_changes_deletes_no_live_entry() {
     remote.delete(&gone).await.unwrap();
     let (added, value) = c1.node(7);
     remote.put(&added, value).await.unwrap();
-    let mut second = spawn(
-        &local,
-        dir.path(),
-        (health, api),
-        &logs.path().join("kvstoremesh-2.log"),
-    );
+    let mut second = KvstoremeshProcess::start(&options, 2).unwrap();
     wait_readyz(health, Duration::from_secs(30)).await.unwrap();
     cache::converged(&backend, &remote, "c1").await;
 
@@ -139,9 +106,12 @@ async fn sigkill_and_restart_while_the_remote_changes_deletes_no_live_entry() {
         "{text}"
     );
     assert!(text.contains("KVStoreMesh:   ready ("), "{text}");
-    second.signal(nix::sys::signal::Signal::SIGTERM).unwrap();
+    second
+        .process()
+        .signal(nix::sys::signal::Signal::SIGTERM)
+        .unwrap();
     let exited = Wait::new("kvstoremesh to exit on SIGTERM")
-        .until(|| second.exit_status(), Option::is_some)
+        .until(|| second.process().exit_status(), Option::is_some)
         .unwrap_or_else(|err| panic!("{err}"));
     assert!(exited.is_some_and(|s| s.success()), "{}", second.log_tail());
 }

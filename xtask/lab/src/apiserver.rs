@@ -6,7 +6,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::process::LabProcess;
-use crate::wait::{Wait, free_port};
+use crate::wait::free_port;
 use crate::{LabError, Result};
 
 /// The line the apiserver logs once it serves.
@@ -111,26 +111,14 @@ impl ApiserverProcess {
             options.log_dir.display()
         )))?;
         let log = options.log_dir.join(format!("apiserver-{start}.log"));
-        let mut process = LabProcess::spawn("meshwork-apiserver", options.command(), &log)?;
-        let up = Wait::new(format!("{}'s apiserver to run", options.cluster))
-            .timeout(START_TIMEOUT)
-            .until(
-                || {
-                    process.check_running()?;
-                    Ok(std::fs::read_to_string(&log)
-                        .unwrap_or_default()
-                        .contains(RUNNING))
-                },
-                |up: &Result<bool>| !matches!(up, Ok(false)),
-            );
-        match up {
-            Ok(Ok(_)) => Ok(Self { process }),
-            Ok(Err(exited)) => Err(exited),
-            Err(timeout) => Err(LabError::CommandFailed {
-                command: "meshwork-apiserver".to_owned(),
-                detail: format!("{timeout}; log:\n{}", process.log_tail()),
-            }),
-        }
+        let process = LabProcess::spawn_running(
+            "meshwork-apiserver",
+            options.command(),
+            &log,
+            RUNNING,
+            START_TIMEOUT,
+        )?;
+        Ok(Self { process })
     }
 
     /// The process.

@@ -16,6 +16,7 @@ pub mod cilium;
 pub mod error;
 pub mod etcd;
 pub mod etcd_cluster;
+pub mod kvstoremesh;
 pub mod moto;
 pub mod net;
 pub mod paths;

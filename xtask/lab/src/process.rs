@@ -51,6 +51,38 @@ impl LabProcess {
         })
     }
 
+    /// Spawns `command` as [`Self::spawn`] does, then waits (at most `timeout`) until its log
+    /// holds `running`; fails with the log's tail if it exits or times out first. `log` must
+    /// be this start's own file.
+    pub fn spawn_running(
+        name: &str,
+        command: Command,
+        log: &Path,
+        running: &str,
+        timeout: Duration,
+    ) -> Result<Self> {
+        let mut process = Self::spawn(name, command, log)?;
+        let up = wait::Wait::new(format!("{name} to run"))
+            .timeout(timeout)
+            .until(
+                || {
+                    process.check_running()?;
+                    Ok(std::fs::read_to_string(log)
+                        .unwrap_or_default()
+                        .contains(running))
+                },
+                |up: &Result<bool>| !matches!(up, Ok(false)),
+            );
+        match up {
+            Ok(Ok(_)) => Ok(process),
+            Ok(Err(exited)) => Err(exited),
+            Err(timeout) => Err(LabError::CommandFailed {
+                command: name.to_owned(),
+                detail: format!("{timeout}; log:\n{}", process.log_tail()),
+            }),
+        }
+    }
+
     /// The process ID.
     pub fn pid(&self) -> u32 {
         self.child.as_ref().map_or(0, Child::id)

@@ -27,6 +27,9 @@ pub struct Args {
     /// Skip the no-drop proof at the end.
     #[arg(long)]
     no_proof: bool,
+    /// Run no kvstoremesh: every agent connects to every remote cluster's etcd itself.
+    #[arg(long)]
+    no_kvstoremesh: bool,
 }
 
 /// Runs the demo.
@@ -35,13 +38,26 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let spec = MeshSpec {
         clusters: args.clusters,
         nodes: args.nodes,
+        kvstoremesh: !args.no_kvstoremesh,
         ..MeshSpec::demo()
     };
     println!(
         "Meshwork demo: {} Meshwork clusters meshed with each other. Each runs its own etcd, \
-         meshwork-apiserver and {} meshwork-agents (lab network namespaces, pods as namespaces); \
-         agents publish their node and pods to their apiserver, which alone writes its etcd.\n",
-        spec.clusters, spec.nodes
+         meshwork-apiserver{} and {} meshwork-agents (lab network namespaces, pods as namespaces); \
+         agents publish their node and pods to their apiserver, which alone writes its etcd{}.\n",
+        spec.clusters,
+        if spec.kvstoremesh {
+            ", kvstoremesh"
+        } else {
+            ""
+        },
+        spec.nodes,
+        if spec.kvstoremesh {
+            "; kvstoremesh caches the other clusters there, so each agent reads every remote \
+             from its own cluster's etcd"
+        } else {
+            ""
+        }
     );
     let binaries = binaries::build()?;
     let dir = tempfile::Builder::new()
@@ -59,10 +75,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             println!("  {pod:<8} identity {identity} (allocated by its cluster's apiserver)");
         }
         let figures = demo_mesh::run(&binaries, &mesh, started, timeout).await?;
-        let processes = mesh.clusters.len() * (2 + spec.nodes as usize);
+        let per_cluster = 2 + usize::from(spec.kvstoremesh) + spec.nodes as usize;
+        let processes = mesh.clusters.len() * per_cluster;
         drop(mesh);
         println!(
-            "\nStopped {processes} processes (agents, apiservers, etcd) and removed the namespaces."
+            "\nStopped {processes} processes (agents, apiservers, {}etcd) and removed the namespaces.",
+            if spec.kvstoremesh { "kvstoremeshes, " } else { "" }
         );
         anyhow::Ok(figures)
     }

@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use crate::binaries::Binaries;
 use crate::mesh::{Mesh, MeshNode};
+use crate::sockets;
 
 /// How often an agent is checked on.
 const POLL: Duration = Duration::from_millis(20);
@@ -59,6 +60,23 @@ pub async fn run(
             first.agent.log_tail()
         );
     }
+    if let Some((options, _)) = &mesh.clusters[0].kvstoremesh {
+        let addr = options.api_addr();
+        println!(
+            "\n$ meshctl --kvstoremesh {addr} status    # {}'s kvstoremesh",
+            mesh.clusters[0].name
+        );
+        let status = meshctl(
+            binaries,
+            &socket,
+            &["--kvstoremesh", &addr, "status"],
+            MESHCTL_GRACE,
+        )
+        .await?;
+        if !status.success() {
+            bail!("`meshctl --kvstoremesh {addr} status` failed ({status})");
+        }
+    }
     mesh.wait_converged(timeout).await?;
     let converged = started.elapsed();
     println!(
@@ -69,10 +87,18 @@ pub async fn run(
         mesh.spec.initial_sync_timeout.as_secs()
     );
 
-    println!("\nWhat each meshwork-apiserver wrote to its cluster's etcd (the only writer):");
+    println!(
+        "\nWhat each meshwork-apiserver wrote to its cluster's etcd (the only writer of its state){}:",
+        if mesh.spec.kvstoremesh {
+            ", and what its kvstoremesh cached there"
+        } else {
+            ""
+        }
+    );
     for cluster in &mesh.clusters {
         println!("  {:<10} {}", cluster.name, written_keys(&cluster.etcd)?);
     }
+    etcd_connections(mesh)?;
 
     let connections = connectivity(mesh)?;
     let drained = drain(binaries, mesh).await?;
@@ -97,7 +123,48 @@ fn written_keys(etcd: &EtcdServer) -> anyhow::Result<String> {
         count("cilium/synced/"),
         count("cilium/cluster-config/"),
         count("cilium/.heartbeat"),
-    ))
+    ) + &match count("cilium/cache/") {
+        0 => String::new(),
+        cached => format!("; cached remote entries {cached}"),
+    })
+}
+
+/// Prints, per agent, which etcd servers it holds established connections to (its sockets in
+/// /proc); through kvstoremesh that must be its own cluster's alone.
+fn etcd_connections(mesh: &Mesh) -> anyhow::Result<()> {
+    let etcds: Vec<(u16, &str)> = mesh
+        .clusters
+        .iter()
+        .map(|c| (c.etcd.client_port(), c.name.as_str()))
+        .collect();
+    let ports: Vec<u16> = etcds.iter().map(|(port, _)| *port).collect();
+    println!("\netcd connections each agent holds (its established sockets, from /proc):");
+    for (cluster, node) in mesh.nodes() {
+        let pid = node.agent.pid().context("the agent runs")?;
+        let held = sockets::connections_to(pid, &ports)?;
+        let names: Vec<&str> = etcds
+            .iter()
+            .filter(|(port, _)| held.servers.contains(port))
+            .map(|(_, name)| *name)
+            .collect();
+        println!(
+            "  {:<18} {} etcd server{} ({}), {} connection{} (one client per remote cluster)",
+            node.addrs.name,
+            names.len(),
+            if names.len() == 1 { "" } else { "s" },
+            names.join(", "),
+            held.connections,
+            if held.connections == 1 { "" } else { "s" },
+        );
+        if mesh.spec.kvstoremesh && names != [cluster.name.as_str()] {
+            bail!(
+                "{} reads through kvstoremesh but is connected to {names:?}, not only {}'s etcd",
+                node.addrs.name,
+                cluster.name
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Every pod opens a TCP connection to every pod of the other clusters; prints a matrix.

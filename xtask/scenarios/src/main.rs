@@ -19,6 +19,7 @@ mod mesh;
 mod node_agent;
 mod proof;
 mod propagation;
+mod sockets;
 
 use clap::{Parser, Subcommand};
 

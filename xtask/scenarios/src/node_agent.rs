@@ -127,6 +127,11 @@ impl NodeAgent {
         }
     }
 
+    /// The current run's PID, if it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.process.as_ref().map(AgentProcess::pid)
+    }
+
     /// The log of the current run.
     pub fn log_tail(&self) -> String {
         self.process

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use meshwork_lab::apiserver::{ApiserverOptions, ApiserverProcess};
 use meshwork_lab::etcd::{EtcdOptions, EtcdServer};
+use meshwork_lab::kvstoremesh::{KvstoremeshOptions, KvstoremeshProcess};
 use meshwork_lab::wait::Wait;
 
 pub use self::net::{MeshNet, NodeAddrs};
@@ -28,26 +29,33 @@ pub struct MeshSpec {
     pub nodes: u32,
     /// The apiservers' `--initial-sync-timeout`.
     pub initial_sync_timeout: Duration,
+    /// Each cluster runs `meshwork-apiserver kvstoremesh`, caching the other clusters in its
+    /// etcd, and its agents read every remote from there.
+    pub kvstoremesh: bool,
 }
 
 impl MeshSpec {
-    /// The demo's mesh: three clusters of two nodes; a fresh apiserver writes its canaries 5 s
-    /// after it starts (it cannot know which agents will come).
+    /// The demo's mesh: three clusters of two nodes, each with a kvstoremesh; a fresh
+    /// apiserver writes its canaries 5 s after it starts (it cannot know which agents will
+    /// come).
     pub fn demo() -> Self {
         Self {
             clusters: 3,
             nodes: 2,
             initial_sync_timeout: Duration::from_secs(5),
+            kvstoremesh: true,
         }
     }
 }
 
-/// One cluster: its etcd, its apiserver and its nodes. Drops nodes (agents) first, then the
-/// apiserver, then etcd.
+/// One cluster: its etcd, its apiserver, its kvstoremesh and its nodes. Drops nodes (agents)
+/// first, then the apiserver and kvstoremesh, then etcd.
 pub struct MeshCluster {
     /// Its nodes.
     pub nodes: Vec<MeshNode>,
     apiserver: Option<ApiserverProcess>,
+    /// Its kvstoremesh, with [`MeshSpec::kvstoremesh`].
+    pub kvstoremesh: Option<(KvstoremeshOptions, KvstoremeshProcess)>,
     apiserver_starts: u32,
     /// How its apiserver runs.
     pub apiserver_options: ApiserverOptions,
@@ -115,6 +123,7 @@ impl Mesh {
             let mut cluster = MeshCluster {
                 nodes: Vec::new(),
                 apiserver: None,
+                kvstoremesh: None,
                 apiserver_starts: 0,
                 apiserver_options,
                 etcd,
@@ -137,12 +146,32 @@ impl Mesh {
             .iter()
             .map(|c| (c.name.clone(), c.etcd.endpoint()))
             .collect();
+        if spec.kvstoremesh {
+            for cluster in &mut clusters {
+                cluster.start_kvstoremesh(binaries, &endpoints, dir)?;
+                let (options, process) = cluster.kvstoremesh.as_mut().expect("just started");
+                progress(format!(
+                    "{:<10} kvstoremesh caching the other clusters in its etcd (pid {}, status {})",
+                    cluster.name,
+                    process.process().pid(),
+                    options.api_addr(),
+                ));
+            }
+        }
         for cluster in &mut clusters {
             for addrs in net.nodes_of(cluster.id) {
+                // Through kvstoremesh every remote is read from the cluster's own etcd.
                 let remotes: Vec<_> = endpoints
                     .iter()
                     .filter(|(name, _)| *name != cluster.name)
-                    .cloned()
+                    .map(|(name, endpoint)| {
+                        let endpoint = if spec.kvstoremesh {
+                            cluster.etcd.endpoint()
+                        } else {
+                            endpoint.clone()
+                        };
+                        (name.clone(), endpoint)
+                    })
                     .collect();
                 let flags = vec![
                     format!("--apiserver-addr={}", cluster.apiserver_options.grpc_addr()),
@@ -222,6 +251,33 @@ impl MeshCluster {
         let process = ApiserverProcess::start(&self.apiserver_options, self.apiserver_starts)
             .with_context(|| format!("starting {}'s apiserver", self.name))?;
         self.apiserver = Some(process);
+        Ok(())
+    }
+
+    /// Starts kvstoremesh, caching every other cluster of `endpoints` (name, etcd) in this
+    /// cluster's etcd; its config directory and logs go under `<dir>/<name>`.
+    fn start_kvstoremesh(
+        &mut self,
+        binaries: &Binaries,
+        endpoints: &[(String, String)],
+        dir: &Path,
+    ) -> anyhow::Result<()> {
+        let config = dir.join(&self.name).join("kvstoremesh-config");
+        std::fs::create_dir_all(&config)
+            .with_context(|| format!("creating {}", config.display()))?;
+        for (remote, endpoint) in endpoints.iter().filter(|(name, _)| *name != self.name) {
+            meshwork_lab::agent::write_cluster_config(&config, remote, endpoint)?;
+        }
+        let options = KvstoremeshOptions::new(
+            &binaries.apiserver,
+            (&self.name, self.id),
+            &self.etcd.endpoint(),
+            &config,
+            &dir.join(&self.name),
+        )?;
+        let process = KvstoremeshProcess::start(&options, 1)
+            .with_context(|| format!("starting {}'s kvstoremesh", self.name))?;
+        self.kvstoremesh = Some((options, process));
         Ok(())
     }
 

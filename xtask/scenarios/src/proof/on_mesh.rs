@@ -29,7 +29,12 @@ const B: (usize, usize) = (1, 0);
 impl MeshScene {
     /// The demo's mesh (3 clusters × 2 nodes), its pods added, converged.
     pub async fn build(binaries: &Binaries, dir: &Path) -> anyhow::Result<Self> {
-        let spec = MeshSpec::demo();
+        // The proof's late remote is its etcd: the agents read it directly, not through a
+        // kvstoremesh cache that would hide it being down.
+        let spec = MeshSpec {
+            kvstoremesh: false,
+            ..MeshSpec::demo()
+        };
         let mesh = Mesh::start(binaries, &spec, dir, "1m", &mut |_| {}).await?;
         mesh.add_pods().await?;
         mesh.wait_converged(CONVERGE_TIMEOUT)
