@@ -74,6 +74,9 @@ enum Bench {
     /// 100 agents × 500 endpoints published through the apiserver vs the same keys written
     /// raw with leases; endpoint → etcd p99 at 1,000/s; the apiserver's peak RSS.
     Apiserver,
+    /// 250 remote etcds (100 nodes, 100 identities, 1,000 ipcache entries each) cached by
+    /// one kvstoremesh and read by one agent, vs a raw copy and a raw read; the bootstrap.
+    MeshScale,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -105,6 +108,7 @@ fn main() -> anyhow::Result<()> {
                 // In-process actors only: no agent or meshctl build needed.
                 Bench::Eni => ("eni", false),
                 Bench::Apiserver => ("apiserver", true),
+                Bench::MeshScale => ("mesh-scale", true),
             };
             let mut scenario = vec!["bench", name];
             scenario.extend(args.iter().map(String::as_str));

@@ -31,6 +31,9 @@ pub struct EtcdOptions {
     /// under test each spin idle Go threads looking for work, burning CPU the measured
     /// process needs; one processor each keeps a benchmark's servers out of its way.
     pub max_procs: Option<u32>,
+    /// Create the server's directory under this one (e.g. a [`Ramfs`](crate::ramfs::Ramfs),
+    /// for hundreds of servers) instead of the temp dir; overrides `data_in_memory`.
+    pub data_parent: Option<PathBuf>,
 }
 
 /// A running etcd server; stopped and its directory removed on drop.
@@ -84,14 +87,48 @@ impl EtcdServer {
     /// Starts an etcd server as `options` say. Ports are picked free; if one was taken
     /// between picking and binding, it retries with new ports.
     pub fn start_with(options: EtcdOptions) -> Result<Self> {
+        let mut server = Self::prepare(options)?;
+        server.start_retrying(3)?;
+        Ok(server)
+    }
+
+    /// Starts one server per entry of `options`: all are launched first, then each is waited
+    /// for, so hundreds start in seconds; one that fails to come up is retried alone with new
+    /// ports.
+    pub fn start_many(options: impl IntoIterator<Item = EtcdOptions>) -> Result<Vec<Self>> {
+        let mut servers = Vec::new();
+        for options in options {
+            let mut server = Self::prepare(options)?;
+            server.pick_ports()?;
+            server.launch()?;
+            servers.push(server);
+        }
+        for server in &mut servers {
+            if let Err(err) = server.wait_healthy() {
+                tracing::warn!(%err, name = %server.name, "etcd did not start; retrying alone");
+                if let Some(mut process) = server.process.take() {
+                    process.kill();
+                }
+                server.start_retrying(2)?;
+            } else if server.tls.is_some() {
+                server.enable_auth()?;
+            }
+        }
+        Ok(servers)
+    }
+
+    /// A server not started yet: its directory and TLS material.
+    fn prepare(options: EtcdOptions) -> Result<Self> {
         paths::find_program("etcd")?;
         paths::find_program("etcdctl")?;
         let mut builder = tempfile::Builder::new();
         builder.prefix("meshwork-etcd-");
-        let dir = if options.data_in_memory && Path::new("/dev/shm").is_dir() {
-            builder.tempdir_in("/dev/shm")
-        } else {
-            builder.tempdir()
+        let dir = match &options.data_parent {
+            Some(parent) => builder.tempdir_in(parent),
+            None if options.data_in_memory && Path::new("/dev/shm").is_dir() => {
+                builder.tempdir_in("/dev/shm")
+            }
+            None => builder.tempdir(),
         }
         .map_err(LabError::io("creating the etcd temp dir"))?;
         let tls = if options.tls {
@@ -99,7 +136,7 @@ impl EtcdServer {
         } else {
             None
         };
-        let mut server = Self {
+        Ok(Self {
             process: None,
             name: options.name.clone().unwrap_or_else(|| "etcd".to_owned()),
             client_port: 0,
@@ -107,25 +144,34 @@ impl EtcdServer {
             options,
             tls,
             dir,
-        };
+        })
+    }
+
+    /// Starts on fresh ports, up to `attempts` times.
+    fn start_retrying(&mut self, attempts: u32) -> Result<()> {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            server.client_port = wait::free_port()?;
-            server.peer_port = wait::free_port()?;
-            let _ = std::fs::remove_dir_all(server.data_dir());
-            match server.spawn() {
+            self.pick_ports()?;
+            match self.spawn() {
                 Ok(()) => break,
-                Err(err) if attempt < 3 => {
+                Err(err) if attempt < attempts => {
                     tracing::warn!(%err, "etcd did not start; retrying with new ports");
                 }
                 Err(err) => return Err(err),
             }
         }
-        if server.tls.is_some() {
-            server.enable_auth()?;
+        if self.tls.is_some() {
+            self.enable_auth()?;
         }
-        Ok(server)
+        Ok(())
+    }
+
+    fn pick_ports(&mut self) -> Result<()> {
+        self.client_port = wait::free_port()?;
+        self.peer_port = wait::free_port()?;
+        let _ = std::fs::remove_dir_all(self.data_dir());
+        Ok(())
     }
 
     fn data_dir(&self) -> PathBuf {
@@ -157,6 +203,12 @@ impl EtcdServer {
     }
 
     fn spawn(&mut self) -> Result<()> {
+        self.launch()?;
+        self.wait_healthy()
+    }
+
+    /// Spawns the process on the ports picked, without waiting for it.
+    fn launch(&mut self) -> Result<()> {
         let etcd = paths::find_program("etcd")?;
         let client_url = self.endpoint();
         let peer_url = format!("http://127.0.0.1:{}", self.peer_port);
@@ -197,7 +249,7 @@ impl EtcdServer {
         let log = self.dir.path().join("etcd.log");
         let process = LabProcess::spawn(&format!("etcd {}", self.name), command, &log)?;
         self.process = Some(process);
-        self.wait_healthy()
+        Ok(())
     }
 
     fn wait_healthy(&mut self) -> Result<()> {

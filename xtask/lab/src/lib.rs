@@ -22,6 +22,7 @@ pub mod net;
 pub mod paths;
 pub mod process;
 pub mod python_client;
+pub mod ramfs;
 pub mod wait;
 pub mod wireguard;
 

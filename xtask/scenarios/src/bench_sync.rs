@@ -236,13 +236,13 @@ pub(crate) async fn raw_read(
 }
 
 /// What one agent run to `IPIdentitiesSynced` measured.
-struct AgentRun {
+pub(crate) struct AgentRun {
     /// From the agent's start to the answer of `WaitSynced`.
-    elapsed: Duration,
+    pub(crate) elapsed: Duration,
     /// CPU time the agent used until then.
-    cpu: Duration,
+    pub(crate) cpu: Duration,
     /// Its peak RSS.
-    peak_rss_mib: u64,
+    pub(crate) peak_rss_mib: u64,
 }
 
 /// CPU time all `servers` have used so far.
@@ -262,8 +262,19 @@ async fn agent_sync(
 ) -> anyhow::Result<AgentRun> {
     let dir = tempfile::tempdir()?;
     let config = load::write_mesh_config(dir.path(), servers, clusters)?;
-    let options = AgentOptions::new(agent, "bench-local", 200, &dir.path().join("state"))
-        .clustermesh_config(&config)
+    agent_sync_with(agent, &config, 200).await
+}
+
+/// Starts the agent of cluster ID `local_id` on the clustermesh config `config` and asks
+/// `WaitSynced(IP_IDENTITIES)`.
+pub(crate) async fn agent_sync_with(
+    agent: &Path,
+    config: &Path,
+    local_id: u32,
+) -> anyhow::Result<AgentRun> {
+    let dir = tempfile::tempdir()?;
+    let options = AgentOptions::new(agent, "bench-local", local_id, &dir.path().join("state"))
+        .clustermesh_config(config)
         .flags(["--clustermesh-sync-timeout", "10m"])
         .env("RUST_LOG", AGENT_LOG);
     let started = Instant::now();

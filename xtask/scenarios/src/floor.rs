@@ -27,3 +27,32 @@ pub async fn read_prefix(
         }
     }
 }
+
+/// Reads every key under `prefix` as [`read_prefix`] does, and keeps the keys and values.
+pub async fn list_prefix(
+    backend: &EtcdBackend,
+    prefix: &str,
+    page_size: i64,
+) -> anyhow::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    let mut from = prefix.as_bytes().to_vec();
+    let mut revision = 0;
+    let mut kvs = Vec::new();
+    loop {
+        let (page, more) = backend
+            .list_page(prefix, &from, revision, page_size)
+            .await?;
+        revision = page.revision;
+        kvs.extend(
+            page.kvs
+                .iter()
+                .map(|kv| (kv.key().to_vec(), kv.value().to_vec())),
+        );
+        match kvs.last() {
+            Some((last, _)) if more => {
+                from.clone_from(last);
+                from.push(0);
+            }
+            _ => return Ok(kvs),
+        }
+    }
+}

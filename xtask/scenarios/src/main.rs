@@ -7,6 +7,7 @@ mod bench_apiserver;
 mod bench_datapath;
 mod bench_eni;
 mod bench_kvstore;
+mod bench_mesh_scale;
 mod bench_sync;
 mod bench_wireguard;
 mod binaries;
@@ -63,6 +64,9 @@ enum Bench {
     /// 100 agents × 500 endpoints publishing to the apiserver until its canaries are
     /// written, vs the same keys written raw with leases; endpoint → etcd p99; peak RSS.
     Apiserver(bench_apiserver::Args),
+    /// Cilium's clustermesh scale-test shape: 250 remote etcds cached by one kvstoremesh, one
+    /// agent reading through it; each against a raw copy and a raw read; the bootstrap.
+    MeshScale(bench_mesh_scale::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -86,6 +90,7 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(Bench::Wireguard(args)) => with_actix(runtime, bench_wireguard::run(args)),
         Command::Bench(Bench::Sync(args)) => with_actix(runtime, bench_sync::run(args)),
         Command::Bench(Bench::Eni(args)) => with_actix(runtime, bench_eni::run(args)),
+        Command::Bench(Bench::MeshScale(args)) => runtime.block_on(bench_mesh_scale::run(args)),
         Command::Bench(Bench::Apiserver(args)) => {
             let apiserver = binaries::build()?.apiserver;
             runtime.block_on(bench_apiserver::run(args, &apiserver))
