@@ -54,10 +54,8 @@ impl Writer {
         }
     }
 
-    /// A writer that takes over what is under `prefixes` and at `keys`: every key counts as
-    /// written by it, and the leases holding them are kept alive from now on. Returns the
-    /// keys and values found. A key whose lease is already gone is written again on the
-    /// first [`Self::keep_alive`].
+    /// A writer that takes over what is under `prefixes` and at `keys` (see
+    /// [`Self::take_over`]). Returns the keys and values found.
     pub async fn adopt(
         backend: EtcdBackend,
         prefixes: &[String],
@@ -65,11 +63,24 @@ impl Writer {
         ttl: Duration,
     ) -> Result<(Self, BTreeMap<String, Vec<u8>>), KvstoreError> {
         let mut writer = Self::new(backend, ttl);
+        let found = writer.take_over(prefixes, keys).await?;
+        Ok((writer, found))
+    }
+
+    /// Takes over what is under `prefixes` and at `keys`: every key counts as written by this
+    /// writer, and the leases holding them are kept alive from now on. Returns the keys and
+    /// values found. A key whose lease is already gone is written again on the first
+    /// [`Self::keep_alive`].
+    pub async fn take_over(
+        &mut self,
+        prefixes: &[String],
+        keys: &[String],
+    ) -> Result<BTreeMap<String, Vec<u8>>, KvstoreError> {
         let mut found = BTreeMap::new();
         // A single key is listed as a prefix and kept only on an exact match.
         let ranges = prefixes.iter().map(|p| (p.clone(), false));
         for (prefix, exact) in ranges.chain(keys.iter().map(|k| (k.clone(), true))) {
-            let mut pages = writer.backend.list(&prefix, PAGE_SIZE);
+            let mut pages = self.backend.list(&prefix, PAGE_SIZE);
             while let Some(page) = pages.recv().await {
                 for kv in page?.kvs {
                     if exact && kv.key() != prefix.as_bytes() {
@@ -78,8 +89,11 @@ impl Writer {
                     let lease = kv.lease();
                     let (key, value) = kv.into_key_value();
                     let key = String::from_utf8_lossy(&key).into_owned();
-                    *writer.leases.entry(lease).or_default() += 1;
-                    writer.written.insert(
+                    if self.written.contains_key(&key) {
+                        continue;
+                    }
+                    *self.leases.entry(lease).or_default() += 1;
+                    self.written.insert(
                         key.clone(),
                         Written {
                             value: value.clone(),
@@ -90,7 +104,7 @@ impl Writer {
                 }
             }
         }
-        Ok((writer, found))
+        Ok(found)
     }
 
     /// Writes `changes` (a value, or `None` for a delete). Unchanged values and deletes of

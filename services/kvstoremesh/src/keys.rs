@@ -45,6 +45,14 @@ pub fn cluster_prefixes(cluster: &str) -> [String; 4] {
     KINDS.map(|kind| format!("{}/{cluster}/", cache_scope(kind)))
 }
 
+/// The cluster a cached entry `cilium/cache/<type>/v1/<cluster>/…` belongs to.
+pub fn cached_cluster(key: &str) -> Option<&str> {
+    let rest = key.strip_prefix(CACHE_PREFIX)?.strip_prefix('/')?;
+    let mut segments = rest.splitn(4, '/');
+    let (_kind, version, cluster) = (segments.next()?, segments.next()?, segments.next()?);
+    (version == "v1" && !cluster.is_empty() && segments.next().is_some()).then_some(cluster)
+}
+
 /// `cilium/synced/<cluster>/cilium/cache/<type>/v1`.
 pub fn canary_key(cluster: &str, kind: Resource) -> String {
     format!("{SYNCED_PREFIX}/{cluster}/{}", cache_scope(kind))
@@ -143,6 +151,23 @@ mod tests {
             canary_key("c1", Resource::Services),
             "cilium/synced/c1/cilium/cache/services/v1"
         );
+    }
+
+    #[test]
+    fn the_cluster_of_a_cached_entry() {
+        assert_eq!(cached_cluster("cilium/cache/nodes/v1/c1/n1"), Some("c1"));
+        assert_eq!(
+            cached_cluster("cilium/cache/identities/v1/c2/id/65537"),
+            Some("c2")
+        );
+        assert_eq!(
+            cached_cluster("cilium/cache/nodes/v1/c1"),
+            None,
+            "no entry below it"
+        );
+        assert_eq!(cached_cluster("cilium/cache/nodes/v2/c1/n1"), None);
+        assert_eq!(cached_cluster("cilium/state/nodes/v1/c1/n1"), None);
+        assert_eq!(cached_cluster("cilium/cache/nodes/v1//n1"), None);
     }
 
     #[test]

@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 use crate::api::StatusApi;
 use crate::metrics::CacheMetrics;
 use crate::readiness::{self, Readiness};
-use crate::stores::{CacheSinks, CacheStores};
+use crate::stores::{CacheSinks, CacheStores, drain_removed};
 use crate::writer::CacheWriter;
 
 /// How kvstoremesh runs (Cilium's kvstoremesh flags).
@@ -121,6 +121,7 @@ impl KvstoreMesh {
             metrics.clone(),
         ))
         .await?;
+        let orphans: Vec<Arc<str>> = writer.orphans().cloned().collect();
         let (ops, ops_rx) = mpsc::unbounded_channel();
         let stop_writer = CancellationToken::new();
         let writer = tokio::spawn(writer.run(ops_rx, stop_writer.clone()));
@@ -150,6 +151,10 @@ impl KvstoreMesh {
             readiness: readiness_tx,
             removal_grace: settings.removal_grace,
         };
+        for orphan in orphans {
+            let sinks = sinks.clone();
+            tokio::spawn(async move { drain_removed(orphan, &sinks).await });
+        }
         let mesh = ClusterMesh::<CacheStores>::with_stores(
             mesh_settings,
             settings.cluster_id,

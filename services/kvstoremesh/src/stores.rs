@@ -145,26 +145,30 @@ impl StoreSet for CacheStores {
         if reason == DrainReason::IdChanged {
             return;
         }
-        let cluster = Arc::clone(&self.cluster.name);
-        tracing::info!(%cluster, grace = ?self.sinks.removal_grace,
-            "remote removed: deleting its cached config, then its canaries and entries after the grace");
-        let step = |op: fn(Arc<str>, oneshot::Sender<()>) -> CacheOp| {
-            let (done, landed) = oneshot::channel();
-            let sent = self.sinks.ops.send(vec![op(Arc::clone(&cluster), done)]);
-            async move { sent.is_ok() && landed.await.is_ok() }
-        };
-        if !step(|cluster, done| CacheOp::RemoveConfig { cluster, done }).await {
-            return;
-        }
-        tokio::time::sleep(self.sinks.removal_grace).await;
-        if step(|cluster, done| CacheOp::RemoveCluster { cluster, done }).await {
-            tracing::info!(%cluster, "removed remote drained from the cache");
-        }
-        let _ = self
-            .sinks
-            .readiness
-            .send(ReadinessEvent::Removed(Arc::clone(&cluster)));
+        drain_removed(Arc::clone(&self.cluster.name), &self.sinks).await;
     }
+}
+
+/// Drains a removed remote in Cilium's order: its cached config (agents disconnect), the
+/// grace, its canaries, its entries; then tells readiness.
+pub async fn drain_removed(cluster: Arc<str>, sinks: &CacheSinks) {
+    tracing::info!(%cluster, grace = ?sinks.removal_grace,
+        "remote removed: deleting its cached config, then its canaries and entries after the grace");
+    let step = |op: fn(Arc<str>, oneshot::Sender<()>) -> CacheOp| {
+        let (done, landed) = oneshot::channel();
+        let sent = sinks.ops.send(vec![op(Arc::clone(&cluster), done)]);
+        async move { sent.is_ok() && landed.await.is_ok() }
+    };
+    if !step(|cluster, done| CacheOp::RemoveConfig { cluster, done }).await {
+        return;
+    }
+    tokio::time::sleep(sinks.removal_grace).await;
+    if step(|cluster, done| CacheOp::RemoveCluster { cluster, done }).await {
+        tracing::info!(%cluster, "removed remote drained from the cache");
+    }
+    let _ = sinks
+        .readiness
+        .send(ReadinessEvent::Removed(Arc::clone(&cluster)));
 }
 
 /// A store of `cluster`'s `kind` that validates with `decoder` and mirrors into the cache.

@@ -33,6 +33,8 @@ pub struct CacheWriter {
     writer: Writer,
     /// Every key in the cache (adopted or written), ordered for prefix ranges.
     cached: BTreeSet<String>,
+    /// Cached remotes no longer configured at adoption.
+    orphans: BTreeSet<Arc<str>>,
     pending: Vec<KeyChange>,
     readiness: mpsc::UnboundedSender<ReadinessEvent>,
     metrics: CacheMetrics,
@@ -41,7 +43,8 @@ pub struct CacheWriter {
 
 impl CacheWriter {
     /// A writer that adopts the cache in `backend` (all of `cilium/cache/`, and the
-    /// canaries and cached configs of `remotes`), with leases of `lease_ttl`.
+    /// canaries and cached configs of `remotes` and of any other remote the cache holds),
+    /// with leases of `lease_ttl`.
     pub async fn adopt(
         backend: EtcdBackend,
         remotes: &[Arc<str>],
@@ -54,24 +57,44 @@ impl CacheWriter {
         backend
             .create_if_absent(HAS_CLUSTER_CONFIG_KEY, "true")
             .await?;
-        let mut prefixes = vec![format!("{CACHE_PREFIX}/")];
-        prefixes.extend(remotes.iter().map(|r| keys::cache_canaries_prefix(r)));
-        let configs: Vec<String> = remotes.iter().map(|r| ClusterConfig::key(r)).collect();
-        let (writer, found) = Writer::adopt(backend, &prefixes, &configs, lease_ttl).await?;
+        let (mut writer, entries) =
+            Writer::adopt(backend, &[format!("{CACHE_PREFIX}/")], &[], lease_ttl).await?;
+        // Remotes cached but no longer configured were removed while no kvstoremesh ran.
+        let orphans: BTreeSet<Arc<str>> = entries
+            .keys()
+            .filter_map(|key| keys::cached_cluster(key))
+            .filter(|cluster| !remotes.iter().any(|r| **r == **cluster))
+            .map(Arc::from)
+            .collect();
+        let clusters: Vec<&Arc<str>> = remotes.iter().chain(&orphans).collect();
+        let prefixes: Vec<String> = clusters
+            .iter()
+            .map(|r| keys::cache_canaries_prefix(r))
+            .collect();
+        let configs: Vec<String> = clusters.iter().map(|r| ClusterConfig::key(r)).collect();
+        let rest = writer.take_over(&prefixes, &configs).await?;
         tracing::info!(
-            keys = found.len(),
+            keys = entries.len() + rest.len(),
+            removed_meanwhile = ?orphans,
             "adopted the cache a previous kvstoremesh wrote"
         );
-        let cached: BTreeSet<String> = found.into_keys().collect();
+        let cached: BTreeSet<String> = entries.into_keys().chain(rest.into_keys()).collect();
         metrics.cached_keys.set(cached.len() as i64);
         Ok(Self {
             writer,
             cached,
+            orphans,
             pending: Vec::new(),
             readiness,
             metrics,
             lease_ttl,
         })
+    }
+
+    /// Remotes found in the cache that are not configured: removed while kvstoremesh was
+    /// down, to be drained as a removal is.
+    pub fn orphans(&self) -> impl Iterator<Item = &Arc<str>> {
+        self.orphans.iter()
     }
 
     /// Writes what `ops` brings until every sender is gone or `stop` fires (then what has

@@ -1,6 +1,7 @@
 //! kvstoremesh against real etcd: remotes cached byte for byte, hostile entries never
 //! cached, a restart that deletes only what the remote no longer has, Cilium's drain order
-//! on removal, and a remote that goes away and comes back.
+//! on removal (also of a remote removed while kvstoremesh was down), and a remote that goes
+//! away and comes back.
 
 mod common;
 
@@ -163,6 +164,42 @@ async fn a_removed_remote_is_drained_config_first_then_canaries_then_entries() {
         "{seen:#?}"
     );
     assert!(cached(&backend, "c2").await.is_empty());
+    assert_eq!(cached(&backend, "c1").await.len(), 30, "c1 untouched");
+    kvstoremesh.shutdown().await;
+}
+
+#[actix_rt::test]
+#[ignore = "needs real etcd: `cargo xtask test` runs it"]
+async fn a_remote_removed_while_kvstoremesh_was_down_is_drained_at_its_next_start() {
+    let local = meshwork_lab::etcd::EtcdServer::start().unwrap();
+    let (c1, c2) = (cluster("c1", 1), cluster("c2", 2));
+    let (s1, s2) = (loaded(&c1).await, loaded(&c2).await);
+    let dir = tempfile::tempdir().unwrap();
+    configure(dir.path(), "c1", &s1);
+    configure(dir.path(), "c2", &s2);
+    let (kvstoremesh, _) = start(&local, dir.path(), NO_GRACE).await;
+    ready(&kvstoremesh).await;
+    kvstoremesh.shutdown().await;
+    let backend = connect(&local).await;
+    let from = backend.revision("cilium/").await.unwrap() + 1;
+
+    // Its leases would be kept alive by the next kvstoremesh's adoption: it must be drained.
+    std::fs::remove_file(dir.path().join("c2")).unwrap();
+    let (kvstoremesh, _) = start(&local, dir.path(), Duration::from_millis(300)).await;
+    let seen = watch_until(&backend, "cilium/", from, |seen| seen.len() >= 35).await;
+    assert!(
+        seen.iter().all(|e| e.starts_with('-') && e.contains("c2")),
+        "{seen:#?}"
+    );
+    assert_eq!(seen[0], "-cilium/cluster-config/c2");
+    assert!(
+        seen[1..5]
+            .iter()
+            .all(|e| e.starts_with("-cilium/synced/c2/")),
+        "{seen:#?}"
+    );
+    assert!(cached(&backend, "c2").await.is_empty());
+    ready(&kvstoremesh).await;
     assert_eq!(cached(&backend, "c1").await.len(), 30, "c1 untouched");
     kvstoremesh.shutdown().await;
 }
