@@ -146,24 +146,7 @@ async fn a_removed_remote_is_drained_config_first_then_canaries_then_entries() {
     let from = backend.revision("cilium/").await.unwrap() + 1;
 
     std::fs::remove_file(dir.path().join("c2")).unwrap();
-    // 1 config + 4 canaries + 30 entries.
-    let seen = watch_until(&backend, "cilium/", from, |seen| seen.len() >= 35).await;
-    assert!(
-        seen.iter().all(|e| e.starts_with('-') && e.contains("c2")),
-        "{seen:#?}"
-    );
-    assert_eq!(seen[0], "-cilium/cluster-config/c2");
-    assert!(
-        seen[1..5]
-            .iter()
-            .all(|e| e.starts_with("-cilium/synced/c2/")),
-        "{seen:#?}"
-    );
-    assert!(
-        seen[5..].iter().all(|e| e.starts_with("-cilium/cache/")),
-        "{seen:#?}"
-    );
-    assert!(cached(&backend, "c2").await.is_empty());
+    drained_in_order(&backend, from, "c2").await;
     assert_eq!(cached(&backend, "c1").await.len(), 30, "c1 untouched");
     kvstoremesh.shutdown().await;
 }
@@ -186,19 +169,7 @@ async fn a_remote_removed_while_kvstoremesh_was_down_is_drained_at_its_next_star
     // Its leases would be kept alive by the next kvstoremesh's adoption: it must be drained.
     std::fs::remove_file(dir.path().join("c2")).unwrap();
     let (kvstoremesh, _) = start(&local, dir.path(), Duration::from_millis(300)).await;
-    let seen = watch_until(&backend, "cilium/", from, |seen| seen.len() >= 35).await;
-    assert!(
-        seen.iter().all(|e| e.starts_with('-') && e.contains("c2")),
-        "{seen:#?}"
-    );
-    assert_eq!(seen[0], "-cilium/cluster-config/c2");
-    assert!(
-        seen[1..5]
-            .iter()
-            .all(|e| e.starts_with("-cilium/synced/c2/")),
-        "{seen:#?}"
-    );
-    assert!(cached(&backend, "c2").await.is_empty());
+    drained_in_order(&backend, from, "c2").await;
     ready(&kvstoremesh).await;
     assert_eq!(cached(&backend, "c1").await.len(), 30, "c1 untouched");
     kvstoremesh.shutdown().await;
@@ -237,4 +208,30 @@ async fn a_remote_that_goes_away_keeps_its_cache_and_is_listed_again_on_return()
     converged(&backend, &remote, "c1").await;
     assert_eq!(cached(&backend, "c1").await.len(), 29);
     kvstoremesh.shutdown().await;
+}
+
+/// Waits for `cluster`'s drain after `from` and checks Cilium's order: its cached config, its
+/// four canaries, then its 30 entries. Other clusters see no delete (their canaries may be
+/// written again meanwhile, with a new time, after a re-list).
+async fn drained_in_order(backend: &meshwork_kvstore::EtcdBackend, from: i64, cluster: &str) {
+    let (inner, last) = (format!("/{cluster}/"), format!("/{cluster}"));
+    let of_cluster = |e: &String| e.contains(&inner) || e.ends_with(&last);
+    let seen = watch_until(backend, "cilium/", from, |seen| {
+        seen.iter().filter(|e| of_cluster(e)).count() >= 35
+    })
+    .await;
+    let (ours, others): (Vec<String>, Vec<String>) = seen.into_iter().partition(of_cluster);
+    assert!(others.iter().all(|e| e.starts_with('+')), "{others:#?}");
+    assert!(ours.iter().all(|e| e.starts_with('-')), "{ours:#?}");
+    assert_eq!(ours[0], format!("-cilium/cluster-config/{cluster}"));
+    let canaries = format!("-cilium/synced/{cluster}/");
+    assert!(
+        ours[1..5].iter().all(|e| e.starts_with(&canaries)),
+        "{ours:#?}"
+    );
+    assert!(
+        ours[5..].iter().all(|e| e.starts_with("-cilium/cache/")),
+        "{ours:#?}"
+    );
+    assert!(cached(backend, cluster).await.is_empty());
 }
