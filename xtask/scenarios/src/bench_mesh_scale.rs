@@ -32,7 +32,7 @@ use meshwork_lab::ramfs::Ramfs;
 use meshwork_types::ClusterConfig;
 
 use crate::bench_sync::{AgentRun, agent_sync_with};
-use crate::measure::{Rounds, back_to_back, ms, odd_rounds, peak_rss_mib};
+use crate::measure::{Rounds, back_to_back, mem_available_mib, ms, odd_rounds, peak_rss_mib};
 use crate::{binaries, floor, load};
 
 const CACHE_GOAL: f64 = 1.5;
@@ -433,20 +433,4 @@ async fn bootstrap(
     let rss = peak_rss_mib(Some(kvstoremesh.process().pid()));
     kvstoremesh.process().stop(Duration::from_secs(10));
     Ok((took, (rss, agent.peak_rss_mib)))
-}
-
-/// `MemAvailable` in MiB (0 when /proc does not say).
-fn mem_available_mib() -> u64 {
-    std::fs::read_to_string("/proc/meminfo")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|line| line.strip_prefix("MemAvailable:"))
-        .and_then(|rest| {
-            rest.trim()
-                .trim_end_matches("kB")
-                .trim()
-                .parse::<u64>()
-                .ok()
-        })
-        .map_or(0, |kib| kib / 1024)
 }

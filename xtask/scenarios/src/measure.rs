@@ -89,10 +89,20 @@ pub fn peak_rss_mib(pid: Option<u32>) -> u64 {
         || "/proc/self/status".to_owned(),
         |pid| format!("/proc/{pid}/status"),
     );
+    proc_kib(&path, "VmHWM:").map_or(0, |kib| kib / 1024)
+}
+
+/// The machine's available memory (`MemAvailable`) in MiB, or 0 when `/proc` does not say.
+pub fn mem_available_mib() -> u64 {
+    proc_kib("/proc/meminfo", "MemAvailable:").map_or(0, |kib| kib / 1024)
+}
+
+/// The `field` line of the /proc file at `path`, in kB.
+fn proc_kib(path: &str, field: &str) -> Option<u64> {
     std::fs::read_to_string(path)
-        .unwrap_or_default()
+        .ok()?
         .lines()
-        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .find_map(|line| line.strip_prefix(field))
         .and_then(|rest| {
             rest.trim()
                 .trim_end_matches("kB")
@@ -100,7 +110,6 @@ pub fn peak_rss_mib(pid: Option<u32>) -> u64 {
                 .parse::<u64>()
                 .ok()
         })
-        .map_or(0, |kib| kib / 1024)
 }
 
 /// The `q` quantile (0..=1) of `sorted`, which must be sorted and not empty.
