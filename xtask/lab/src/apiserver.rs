@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use crate::Result;
 use crate::process::LabProcess;
 use crate::wait::free_port;
-use crate::{LabError, Result};
 
 /// The line the apiserver logs once it serves.
 pub const RUNNING: &str = "meshwork-apiserver running";
@@ -106,15 +106,11 @@ impl ApiserverProcess {
     /// Starts it and waits (at most [`START_TIMEOUT`]) until it logs [`RUNNING`]; `start` is
     /// this start's number, naming its log.
     pub fn start(options: &ApiserverOptions, start: u32) -> Result<Self> {
-        std::fs::create_dir_all(&options.log_dir).map_err(LabError::io(format!(
-            "creating {}",
-            options.log_dir.display()
-        )))?;
-        let log = options.log_dir.join(format!("apiserver-{start}.log"));
+        let log = format!("apiserver-{start}.log");
         let process = LabProcess::spawn_running(
             "meshwork-apiserver",
             options.command(),
-            &log,
+            (&options.log_dir, &log),
             RUNNING,
             START_TIMEOUT,
         )?;

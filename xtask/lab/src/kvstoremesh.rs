@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use crate::Result;
 use crate::process::LabProcess;
 use crate::wait::free_port;
-use crate::{LabError, Result};
 
 /// The line kvstoremesh logs once it serves.
 pub const RUNNING: &str = "meshwork-apiserver kvstoremesh running";
@@ -107,15 +107,11 @@ impl KvstoremeshProcess {
     /// Starts it and waits (at most [`START_TIMEOUT`]) until it logs [`RUNNING`]; `start` is
     /// this start's number, naming its log.
     pub fn start(options: &KvstoremeshOptions, start: u32) -> Result<Self> {
-        std::fs::create_dir_all(&options.log_dir).map_err(LabError::io(format!(
-            "creating {}",
-            options.log_dir.display()
-        )))?;
-        let log = options.log_dir.join(format!("kvstoremesh-{start}.log"));
+        let log = format!("kvstoremesh-{start}.log");
         let process = LabProcess::spawn_running(
             "kvstoremesh",
             options.command(),
-            &log,
+            (&options.log_dir, &log),
             RUNNING,
             START_TIMEOUT,
         )?;

@@ -51,16 +51,20 @@ impl LabProcess {
         })
     }
 
-    /// Spawns `command` as [`Self::spawn`] does, then waits (at most `timeout`) until its log
-    /// holds `running`; fails with the log's tail if it exits or times out first. `log` must
-    /// be this start's own file.
+    /// Spawns `command` as [`Self::spawn`] does, logging to `<log_dir>/<log_name>` (this
+    /// start's own file; the directory is made if missing), then waits (at most `timeout`)
+    /// until its log holds `running`; fails with the log's tail if it exits or times out
+    /// first.
     pub fn spawn_running(
         name: &str,
         command: Command,
-        log: &Path,
+        (log_dir, log_name): (&Path, &str),
         running: &str,
         timeout: Duration,
     ) -> Result<Self> {
+        std::fs::create_dir_all(log_dir)
+            .map_err(LabError::io(format!("creating {}", log_dir.display())))?;
+        let log = &log_dir.join(log_name);
         let mut process = Self::spawn(name, command, log)?;
         let up = wait::Wait::new(format!("{name} to run"))
             .timeout(timeout)
