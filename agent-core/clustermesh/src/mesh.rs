@@ -7,9 +7,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use actix::{
-    Actor, ActorFutureExt, AsyncContext, Context, Handler, Message, MessageResult, Recipient,
+    Actor, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, MessageResult, Recipient,
     ResponseFuture, WrapFuture,
 };
+use futures::FutureExt as _;
+use futures::future::BoxFuture;
 use meshwork_kvstore::KvstoreMetrics;
 use tokio::sync::oneshot;
 
@@ -18,6 +20,7 @@ use crate::cluster_ids::{ReserveClusterId, ReserveError};
 use crate::config_dir::ClusterConfigEvent;
 use crate::events::{ClusterRef, Sinks};
 use crate::mesh_state::{Command, MeshState};
+use crate::metrics::MeshMetrics;
 use crate::remote_cluster::runner::{ConnectionState, MeshSettings};
 use crate::remote_cluster::stores::ClusterStores;
 use crate::remote_cluster::{
@@ -257,6 +260,23 @@ impl<S: StoreSet> Handler<GetMeshStatus> for ClusterMesh<S> {
 
     fn handle(&mut self, _: GetMeshStatus, _: &mut Context<Self>) -> Self::Result {
         MessageResult(self.statuses())
+    }
+}
+
+/// A scrape's refresh of `metrics` from `mesh`'s statuses (a metrics server runs it before
+/// each scrape; a mesh that is gone leaves the last values).
+pub fn refresh_metrics<S: StoreSet>(
+    mesh: Addr<ClusterMesh<S>>,
+    metrics: Arc<MeshMetrics>,
+) -> impl Fn() -> BoxFuture<'static, ()> + Send + Sync + 'static {
+    move || {
+        let (mesh, metrics) = (mesh.clone(), Arc::clone(&metrics));
+        async move {
+            if let Ok(statuses) = mesh.send(GetMeshStatus).await {
+                metrics.update(&statuses);
+            }
+        }
+        .boxed()
     }
 }
 

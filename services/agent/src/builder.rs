@@ -33,7 +33,7 @@ use meshwork_clustermesh::config_dir::{
 };
 use meshwork_clustermesh::events::{RemoteEvents, Sinks};
 use meshwork_clustermesh::identity_actor::IdentityCacheActor;
-use meshwork_clustermesh::mesh::{ClusterMesh, GetMeshStatus, ShutdownMesh};
+use meshwork_clustermesh::mesh::{ClusterMesh, ShutdownMesh, refresh_metrics};
 use meshwork_clustermesh::metrics::MeshMetrics;
 use meshwork_clustermesh::remote_cluster::runner::MeshSettings;
 use meshwork_clustermesh::{Consumer, SyncKind, WaitError, WaitOutcome};
@@ -410,16 +410,7 @@ impl Armed {
             ));
         }
         if let Some(metrics) = listeners.metrics.take() {
-            let mesh = mesh.clone();
-            let refresh: Refresh = Arc::new(move || {
-                let (mesh, metrics) = (mesh.clone(), Arc::clone(&mesh_metrics));
-                async move {
-                    if let Ok(statuses) = mesh.send(GetMeshStatus).await {
-                        metrics.update(&statuses);
-                    }
-                }
-                .boxed()
-            });
+            let refresh: Refresh = Arc::new(refresh_metrics(mesh.clone(), mesh_metrics));
             servers.push(metrics.serve(registry, Some(refresh), shutdown.clone()));
         }
         Agent {

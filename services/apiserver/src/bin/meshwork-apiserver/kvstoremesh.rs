@@ -6,8 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use clap::Args;
-use futures::FutureExt as _;
-use meshwork_clustermesh::mesh::GetMeshStatus;
+use meshwork_clustermesh::mesh::refresh_metrics;
 use meshwork_http::{HealthServer, MetricsServer, Refresh};
 use meshwork_kvstore::EtcdBackend;
 use meshwork_kvstoremesh::service::{KvstoreMesh, Settings};
@@ -128,16 +127,10 @@ pub async fn run(args: &KvstoremeshArgs) -> anyhow::Result<()> {
         stop.clone(),
     )];
     if let Some(server) = metrics_server {
-        let (mesh, metrics) = (kvstoremesh.mesh(), kvstoremesh.mesh_metrics());
-        let refresh: Refresh = Arc::new(move || {
-            let (mesh, metrics) = (mesh.clone(), Arc::clone(&metrics));
-            async move {
-                if let Ok(statuses) = mesh.send(GetMeshStatus).await {
-                    metrics.update(&statuses);
-                }
-            }
-            .boxed()
-        });
+        let refresh: Refresh = Arc::new(refresh_metrics(
+            kvstoremesh.mesh(),
+            kvstoremesh.mesh_metrics(),
+        ));
         servers.push(server.serve(registry, Some(refresh), stop.clone()));
     }
     let (standard, readiness) = StandardServices::new(&[kvstore_mesh_server::SERVICE_NAME]).await;
