@@ -4,11 +4,13 @@
 //! - [`WatchStore`]: the restartable watch store of one prefix.
 //! - [`WatchStoreManager`]: starts per-prefix work gated by sync canaries, or at once.
 //! - [`lease_writer::Writer`]: keys under leases, adopted across restarts.
+//! - [`follow::follow_prefix`]: every change under a prefix, whoever made it.
 //! - [`Decoder`]: typed, validated decoding of values (see [`meshwork_types`]).
 
 pub mod config;
 pub mod error;
 pub mod etcd;
+pub mod follow;
 pub mod lease_writer;
 pub mod manager;
 pub mod metrics;

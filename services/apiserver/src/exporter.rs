@@ -9,7 +9,8 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::time::{Duration, SystemTime};
 
-use meshwork_kvstore::{EtcdBackend, KvstoreError, WatchEvent};
+use meshwork_kvstore::follow::follow_prefix;
+use meshwork_kvstore::{EtcdBackend, KvstoreError};
 use meshwork_types::keys::{IDENTITY_ID_PREFIX, SERVICES_PREFIX};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{Instant, MissedTickBehavior};
@@ -506,35 +507,19 @@ async fn watch_cluster_config(
     key: String,
     commands: mpsc::WeakSender<Command>,
 ) {
-    loop {
-        let watched = async {
-            let revision = backend.revision(&key).await?;
-            // A prefix watch: `c1` also matches `c10`, so events are matched exactly.
-            let mut watch = backend.watch(&key, revision + 1).await?;
-            while let Some(events) = watch.next().await? {
-                let touched = events.iter().any(|event| match event {
-                    WatchEvent::Put { key: k, .. } | WatchEvent::Delete { key: k, .. } => {
-                        k == key.as_bytes()
-                    }
-                });
-                if !touched {
-                    continue;
-                }
-                let Some(commands) = commands.upgrade() else {
-                    return Ok(());
-                };
-                if commands.send(Command::ClusterConfigTouched).await.is_err() {
-                    return Ok(());
-                }
+    // A prefix watch: `c1` also matches `c10`, so events are matched exactly.
+    let watched = key.clone();
+    follow_prefix(backend, watched, move |touched| {
+        let (key, commands) = (key.clone(), commands.clone());
+        async move {
+            if touched != key.as_bytes() {
+                return true;
             }
-            Ok::<(), KvstoreError>(())
-        };
-        if let Err(err) = watched.await {
-            tracing::warn!(%err, %key, "watching the cluster config failed; watching again");
+            match commands.upgrade() {
+                Some(commands) => commands.send(Command::ClusterConfigTouched).await.is_ok(),
+                None => false,
+            }
         }
-        if commands.upgrade().is_none() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+    })
+    .await;
 }

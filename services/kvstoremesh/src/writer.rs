@@ -8,11 +8,12 @@
 //! once every write before it has landed. A failed write is retried every second; nothing
 //! after it is written meanwhile, so the order holds.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use meshwork_kvstore::keys::{CACHE_PREFIX, HAS_CLUSTER_CONFIG_KEY};
+use meshwork_kvstore::follow::follow_prefix;
+use meshwork_kvstore::keys::{CACHE_PREFIX, CLUSTER_CONFIG_PREFIX, HAS_CLUSTER_CONFIG_KEY};
 use meshwork_kvstore::lease_writer::{KeyChange, Writer};
 use meshwork_kvstore::{EtcdBackend, KvstoreError};
 use meshwork_types::ClusterConfig;
@@ -27,6 +28,8 @@ use crate::readiness::ReadinessEvent;
 const MAX_PENDING: usize = 8192;
 /// Delay between attempts of a failed write.
 const RETRY_DELAY: Duration = Duration::from_secs(1);
+/// How often the cached configs are read back even without a watch event (Cilium's 5 min).
+const CONFIG_CHECK_INTERVAL: Duration = Duration::from_secs(5 * 60);
 
 /// The writer task's state.
 pub struct CacheWriter {
@@ -35,6 +38,8 @@ pub struct CacheWriter {
     cached: BTreeSet<String>,
     /// Cached remotes no longer configured at adoption.
     orphans: BTreeSet<Arc<str>>,
+    /// The cached config of each connected remote, put back when anyone else changes it.
+    configs: HashMap<String, Vec<u8>>,
     pending: Vec<KeyChange>,
     readiness: mpsc::UnboundedSender<ReadinessEvent>,
     metrics: CacheMetrics,
@@ -84,6 +89,7 @@ impl CacheWriter {
             writer,
             cached,
             orphans,
+            configs: HashMap::new(),
             pending: Vec::new(),
             readiness,
             metrics,
@@ -107,8 +113,25 @@ impl CacheWriter {
         let mut keep_alive = tokio::time::interval(self.lease_ttl / 3);
         keep_alive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         keep_alive.tick().await;
+        let mut config_check = tokio::time::interval(CONFIG_CHECK_INTERVAL);
+        config_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        config_check.tick().await;
+        let (touched_tx, mut touched) = mpsc::unbounded_channel();
+        let following = tokio::spawn(follow_prefix(
+            self.writer.backend().clone(),
+            format!("{CLUSTER_CONFIG_PREFIX}/"),
+            move |key| {
+                let open = touched_tx.send(key).is_ok();
+                async move { open }
+            },
+        ));
         loop {
             tokio::select! {
+                Some(key) = touched.recv() => {
+                    let key = String::from_utf8_lossy(&key).into_owned();
+                    self.check_configs(Some(&key)).await;
+                }
+                _ = config_check.tick() => self.check_configs(None).await,
                 () = stop.cancelled() => {
                     while let Ok(batch) = ops.try_recv() {
                         self.handle(batch).await;
@@ -136,6 +159,32 @@ impl CacheWriter {
                 }
             }
         }
+        following.abort();
+        self.flush().await;
+    }
+
+    /// Reads the cached configs back (only `key`'s, when given) and puts back at once any
+    /// that someone else changed or deleted (cilium-semantics §8, §9).
+    async fn check_configs(&mut self, key: Option<&str>) {
+        let wanted: Vec<(String, Vec<u8>)> = self
+            .configs
+            .iter()
+            .filter(|(k, _)| key.is_none_or(|key| key == *k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        for (key, value) in wanted {
+            match self.writer.backend().get(&key).await {
+                Ok(Some((stored, _))) if stored == value => {}
+                Ok(_) => {
+                    tracing::warn!(%key, "a cached cluster config is missing or changed; writing it again");
+                    self.writer.forget(&key);
+                    self.put(key, value);
+                }
+                Err(err) => {
+                    tracing::warn!(%err, %key, "reading a cached cluster config back failed")
+                }
+            }
+        }
         self.flush().await;
     }
 
@@ -145,7 +194,9 @@ impl CacheWriter {
                 CacheOp::Put { key, value } => self.put(key, value),
                 CacheOp::Delete { key } => self.delete(key),
                 CacheOp::Config { cluster, value } => {
-                    self.put(ClusterConfig::key(&cluster), value);
+                    let key = ClusterConfig::key(&cluster);
+                    self.configs.insert(key.clone(), value.clone());
+                    self.put(key, value);
                 }
                 CacheOp::ListDone {
                     cluster,
@@ -172,7 +223,9 @@ impl CacheWriter {
                     let _ = self.readiness.send(ReadinessEvent::Synced(cluster, kind));
                 }
                 CacheOp::RemoveConfig { cluster, done } => {
-                    self.delete(ClusterConfig::key(&cluster));
+                    let key = ClusterConfig::key(&cluster);
+                    self.configs.remove(&key);
+                    self.delete(key);
                     self.flush().await;
                     let _ = done.send(());
                 }

@@ -1,7 +1,7 @@
 //! kvstoremesh against real etcd: remotes cached byte for byte, hostile entries never
 //! cached, a restart that deletes only what the remote no longer has, Cilium's drain order
-//! on removal (also of a remote removed while kvstoremesh was down), and a remote that goes
-//! away and comes back.
+//! on removal (also of a remote removed while kvstoremesh was down), a cached config put back
+//! when someone else touches it, and a remote that goes away and comes back.
 
 mod common;
 
@@ -172,6 +172,41 @@ async fn a_remote_removed_while_kvstoremesh_was_down_is_drained_at_its_next_star
     drained_in_order(&backend, from, "c2").await;
     ready(&kvstoremesh).await;
     assert_eq!(cached(&backend, "c1").await.len(), 30, "c1 untouched");
+    kvstoremesh.shutdown().await;
+}
+
+#[actix_rt::test]
+#[ignore = "needs real etcd: `cargo xtask test` runs it"]
+async fn a_cached_config_deleted_or_changed_by_someone_else_is_put_back_at_once() {
+    let local = meshwork_lab::etcd::EtcdServer::start().unwrap();
+    let c1 = cluster("c1", 1);
+    let server = loaded(&c1).await;
+    let dir = tempfile::tempdir().unwrap();
+    configure(dir.path(), "c1", &server);
+    let (kvstoremesh, _) = start(&local, dir.path(), NO_GRACE).await;
+    ready(&kvstoremesh).await;
+    let backend = connect(&local).await;
+    let key = "cilium/cluster-config/c1";
+    let (cached, _) = backend.get(key).await.unwrap().expect("the cached config");
+
+    let tampered: [Option<&[u8]>; 2] = [None, Some(br#"{"id":1,"capabilities":{}}"#)];
+    for tamper in tampered {
+        match tamper {
+            None => assert!(backend.delete(key).await.unwrap()),
+            Some(value) => {
+                backend.put(key, value).await.unwrap();
+            }
+        }
+        // Well within the 5-minute re-check: the watch puts it back.
+        Wait::new(format!("{key} put back after {tamper:?}"))
+            .timeout(Duration::from_secs(10))
+            .until_async(
+                || async { backend.get(key).await.unwrap().map(|(v, _)| v) },
+                |value| value.as_deref() == Some(cached.as_slice()),
+            )
+            .await
+            .unwrap_or_else(|err| panic!("{err}"));
+    }
     kvstoremesh.shutdown().await;
 }
 
