@@ -181,7 +181,7 @@ impl CacheWriter {
                     self.put(key, value);
                 }
                 Err(err) => {
-                    tracing::warn!(%err, %key, "reading a cached cluster config back failed")
+                    tracing::warn!(%err, %key, "reading a cached cluster config back failed");
                 }
             }
         }

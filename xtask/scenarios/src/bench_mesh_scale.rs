@@ -32,7 +32,9 @@ use meshwork_lab::ramfs::Ramfs;
 use meshwork_types::ClusterConfig;
 
 use crate::bench_sync::{AgentRun, agent_sync_with};
-use crate::measure::{Rounds, back_to_back, mem_available_mib, ms, odd_rounds, peak_rss_mib};
+use crate::measure::{
+    Rounds, back_to_back, cpu_time, mem_available_mib, ms, odd_rounds, peak_rss_mib,
+};
 use crate::{binaries, floor, load};
 
 const CACHE_GOAL: f64 = 1.5;
@@ -115,9 +117,19 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         kvstoremesh_rss = kvstoremesh_rss.max(cache.peak_rss_mib);
 
         write_agent_config(&agent_config, &clusters, &local)?;
-        let read = || raw_read_cache(&local, &clusters);
-        let agent = || agent_sync_with(&binaries.agent, &agent_config, LOCAL_ID);
-        let (read, agent): (Duration, AgentRun) = back_to_back(round, read, agent).await?;
+        let etcd_cpu = || local.pid().map_or(Duration::ZERO, cpu_time);
+        let read = || async {
+            let before = etcd_cpu();
+            let took = raw_read_cache(&local, &clusters).await?;
+            anyhow::Ok((took, etcd_cpu().saturating_sub(before)))
+        };
+        let agent = || async {
+            let before = etcd_cpu();
+            let run = agent_sync_with(&binaries.agent, &agent_config, LOCAL_ID).await?;
+            anyhow::Ok((run, etcd_cpu().saturating_sub(before)))
+        };
+        let ((read, read_etcd), (agent, agent_etcd)): ((Duration, Duration), (AgentRun, Duration)) =
+            back_to_back(round, read, agent).await?;
         agent_rss = agent_rss.max(agent.peak_rss_mib);
         drop(local);
 
@@ -133,10 +145,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             cache.peak_rss_mib,
         );
         println!(
-            "           raw read of the cache {:>5.0} ms   agent → IPIdentitiesSynced {:>7.0} ms (cpu {:.0} ms, peak rss {} MiB)   ratio {agent_ratio:.2}",
+            "           raw read of the cache {:>5.0} ms (etcd cpu {:.0} ms)   agent → IPIdentitiesSynced {:>7.0} ms (up in {:.0} ms; cpu {:.0} ms, etcd cpu {:.0} ms, peak rss {} MiB)   ratio {agent_ratio:.2}",
             ms(read),
+            ms(read_etcd),
             ms(agent.elapsed),
+            ms(agent.up),
             ms(agent.cpu),
+            ms(agent_etcd),
             agent.peak_rss_mib,
         );
         cache_rounds.push(cache_ratio, ());

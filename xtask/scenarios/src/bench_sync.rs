@@ -239,6 +239,8 @@ pub(crate) async fn raw_read(
 pub(crate) struct AgentRun {
     /// From the agent's start to the answer of `WaitSynced`.
     pub(crate) elapsed: Duration,
+    /// From the agent's start until its API socket answered (the process start).
+    pub(crate) up: Duration,
     /// CPU time the agent used until then.
     pub(crate) cpu: Duration,
     /// Its peak RSS.
@@ -281,6 +283,7 @@ pub(crate) async fn agent_sync_with(
     // Blocks until the API socket accepts connections (the sync itself takes far longer),
     // on this thread on purpose: lab processes die with the thread that started them.
     let mut process = AgentProcess::start(&options)?;
+    let up = started.elapsed();
     let channel = meshwork_proto::connect_unix(process.socket())
         .await
         .context("connecting to the agent's API")?;
@@ -298,6 +301,7 @@ pub(crate) async fn agent_sync_with(
     }
     let run = AgentRun {
         elapsed,
+        up,
         cpu: cpu_time(process.pid()),
         peak_rss_mib: peak_rss_mib(Some(process.pid())),
     };
