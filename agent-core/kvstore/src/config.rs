@@ -6,7 +6,7 @@ use super::KvstoreError;
 
 /// Endpoints and TLS files, as in Cilium's per-cluster etcd config file (`endpoints`,
 /// `trusted-ca-file`, `cert-file`, `key-file`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct EtcdConfig {
     /// Client URLs, e.g. `https://127.0.0.1:2379`.
     pub endpoints: Vec<String>,

@@ -5,6 +5,7 @@
 //! - [`WatchStoreManager`]: starts per-prefix work gated by sync canaries, or at once.
 //! - [`lease_writer::Writer`]: keys under leases, adopted across restarts.
 //! - [`follow::follow_prefix`]: every change under a prefix, whoever made it.
+//! - [`shared::SharedBackends`]: one client for every remote that names the same etcd.
 //! - [`Decoder`]: typed, validated decoding of values (see [`meshwork_types`]).
 
 pub mod config;
@@ -14,6 +15,7 @@ pub mod follow;
 pub mod lease_writer;
 pub mod manager;
 pub mod metrics;
+pub mod shared;
 pub mod watch_store;
 
 pub use config::EtcdConfig;

@@ -222,3 +222,43 @@ async fn missing_tls_files_are_named_in_the_error() {
         "{err}"
     );
 }
+
+#[tokio::test]
+#[ignore = "needs real etcd: `cargo xtask test` runs it"]
+async fn shared_backends_open_one_connection_per_etcd_until_evicted() {
+    use meshwork_kvstore::shared::SharedBackends;
+    let (a, b) = (EtcdServer::start().unwrap(), EtcdServer::start().unwrap());
+    let (config_a, config_b) = (
+        EtcdConfig::new([a.endpoint()]),
+        EtcdConfig::new([b.endpoint()]),
+    );
+    let shared = SharedBackends::default();
+    let timeout = Duration::from_secs(5);
+    // Asked at once, as the remotes of one mesh ask: one connection.
+    let (first, second) = tokio::join!(
+        shared.connect(&config_a, timeout),
+        shared.connect(&config_a, timeout)
+    );
+    let (first, second) = (first.unwrap(), second.unwrap());
+    assert_eq!(first.generation, second.generation);
+    first.backend.put("k", "v").await.unwrap();
+    assert!(second.backend.get("k").await.unwrap().is_some());
+    let other = shared.connect(&config_b, timeout).await.unwrap();
+    assert_ne!(
+        other.generation, first.generation,
+        "another etcd, another connection"
+    );
+    assert!(other.backend.get("k").await.unwrap().is_none());
+
+    // An eviction of an older connection changes nothing; of the current one, the next
+    // connect opens a new one.
+    shared.evict(&config_a, first.generation + 100).await;
+    assert_eq!(
+        shared.connect(&config_a, timeout).await.unwrap().generation,
+        first.generation
+    );
+    shared.evict(&config_a, first.generation).await;
+    let again = shared.connect(&config_a, timeout).await.unwrap();
+    assert_ne!(again.generation, first.generation);
+    assert!(again.backend.get("k").await.unwrap().is_some());
+}

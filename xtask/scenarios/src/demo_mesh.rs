@@ -148,7 +148,7 @@ fn etcd_connections(mesh: &Mesh) -> anyhow::Result<()> {
             .map(|(_, name)| *name)
             .collect();
         println!(
-            "  {:<18} {} etcd server{} ({}), {} connection{} (one client per remote cluster)",
+            "  {:<18} {} etcd server{} ({}), {} TCP connection{}",
             node.addrs.name,
             names.len(),
             if names.len() == 1 { "" } else { "s" },

@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use actix::Recipient;
 use backon::{BackoffBuilder, ExponentialBuilder};
+use meshwork_kvstore::shared::SharedBackends;
 use meshwork_kvstore::{
     EtcdBackend, KvstoreError, KvstoreMetrics, WatchEvent, WatchStoreManager, keys,
 };
@@ -35,6 +36,9 @@ pub struct MeshSettings {
     pub min_retry_delay: Duration,
     /// Longest delay between reconnects (Cilium: 30 s).
     pub max_retry_delay: Duration,
+    /// The etcd clients, one per distinct etcd config: remotes read through kvstoremesh
+    /// (every one at the local etcd) share one connection.
+    pub backends: SharedBackends,
 }
 
 impl MeshSettings {
@@ -46,6 +50,7 @@ impl MeshSettings {
             connect_timeout: Duration::from_secs(10),
             min_retry_delay: Duration::from_secs(1),
             max_retry_delay: Duration::from_secs(30),
+            backends: SharedBackends::default(),
         }
     }
 }
@@ -178,18 +183,34 @@ impl<S: StoreSet> Runner<S> {
         stores: &mut Option<S>,
         cancel: &CancellationToken,
     ) -> Result<Ended, RemoteClusterError> {
-        let name = &self.config.name;
-        let backend = tokio::select! {
+        let backends = &self.settings.backends;
+        let shared = tokio::select! {
             () = cancel.cancelled() => return Ok(Ended::Cancelled),
-            backend = EtcdBackend::connect(&self.config.etcd, self.settings.connect_timeout) => backend?,
+            shared = backends.connect(&self.config.etcd, self.settings.connect_timeout) => shared?,
         };
+        let ended = self.session(&shared.backend, stores, cancel).await;
+        if ended.is_err() {
+            // The next connect opens a new connection; other remotes on it find out alone.
+            backends.evict(&self.config.etcd, shared.generation).await;
+        }
+        ended
+    }
+
+    /// One session over a connected `backend`: the cluster config, the stores, the watchdog.
+    async fn session(
+        &self,
+        backend: &EtcdBackend,
+        stores: &mut Option<S>,
+        cancel: &CancellationToken,
+    ) -> Result<Ended, RemoteClusterError> {
+        let name = &self.config.name;
         // What the previous connection retrieved is not known to hold any more.
         self.state.send_modify(|s| {
             s.connected = true;
             s.config_retrieved = false;
             s.cluster_id = 0;
         });
-        let (config, revision) = self.fetch_config(&backend).await?;
+        let (config, revision) = self.fetch_config(backend).await?;
         self.state.send_modify(|s| {
             s.cluster_id = config.id;
             s.config_retrieved = s.config_required || config.id != 0;
@@ -214,9 +235,9 @@ impl<S: StoreSet> Runner<S> {
             WatchStoreManager::immediate(name.clone())
         };
         let prefixes = ClusterPrefixes::new(name, config.capabilities.cached);
-        stores.register(&mut manager, &backend, &prefixes);
+        stores.register(&mut manager, backend, &prefixes);
         let manager = tokio::spawn(manager.run(connection.clone()));
-        let ended = self.watch_config(&backend, &config, revision, cancel).await;
+        let ended = self.watch_config(backend, &config, revision, cancel).await;
         connection.cancel();
         let _ = manager.await;
         self.state.send_modify(|s| s.connected = false);
