@@ -182,6 +182,34 @@ impl EtcdBackend {
         }))
     }
 
+    /// Reads `keys` in one transaction, so at one revision and in one round trip: each
+    /// key's value (`None`: absent), and the revision they were read at.
+    pub async fn get_all(
+        &self,
+        keys: &[&str],
+    ) -> Result<(Vec<Option<Vec<u8>>>, i64), KvstoreError> {
+        let txn = Txn::new().and_then(
+            keys.iter()
+                .map(|key| TxnOp::get(*key, None))
+                .collect::<Vec<_>>(),
+        );
+        let response = with_deadline("get txn", self.kv().txn(txn)).await?;
+        let revision = response.header().map_or(0, |h| h.revision());
+        let values = response
+            .op_responses()
+            .into_iter()
+            .map(|op| match op {
+                TxnOpResponse::Get(mut get) => get
+                    .take_kvs()
+                    .into_iter()
+                    .next()
+                    .map(|kv| kv.into_key_value().1),
+                _ => None,
+            })
+            .collect();
+        Ok((values, revision))
+    }
+
     /// Writes one key.
     pub async fn put(&self, key: &str, value: impl Into<Vec<u8>>) -> Result<i64, KvstoreError> {
         let operation = format!("put {key}");

@@ -262,3 +262,15 @@ async fn shared_backends_open_one_connection_per_etcd_until_evicted() {
     assert_ne!(again.generation, first.generation);
     assert!(again.backend.get("k").await.unwrap().is_some());
 }
+
+#[tokio::test]
+#[ignore = "needs real etcd: `cargo xtask test` runs it"]
+async fn get_all_reads_present_and_absent_keys_at_one_revision() {
+    let server = EtcdServer::start().unwrap();
+    let backend = connect(&server).await;
+    backend.put("a", "1").await.unwrap();
+    let written = backend.put("c", "3").await.unwrap();
+    let (values, revision) = backend.get_all(&["a", "b", "c"]).await.unwrap();
+    assert_eq!(values, [Some(b"1".to_vec()), None, Some(b"3".to_vec())]);
+    assert_eq!(revision, written, "read at the last write's revision");
+}

@@ -250,11 +250,15 @@ impl<S: StoreSet> Runner<S> {
         backend: &EtcdBackend,
     ) -> Result<(ClusterConfig, i64), RemoteClusterError> {
         let name = &self.config.name;
-        let required = backend.get(keys::HAS_CLUSTER_CONFIG_KEY).await?.is_some();
-        self.state.send_modify(|s| s.config_required = required);
         let key = format!("{}/{name}", keys::CLUSTER_CONFIG_PREFIX);
-        let revision = backend.revision(&key).await?;
-        let Some((value, _)) = backend.get(&key).await? else {
+        // One round trip for both, at the revision the watchdog then watches from.
+        let (mut values, revision) = backend
+            .get_all(&[keys::HAS_CLUSTER_CONFIG_KEY, &key])
+            .await?;
+        let value = values.pop().flatten();
+        let required = values.pop().flatten().is_some();
+        self.state.send_modify(|s| s.config_required = required);
+        let Some(value) = value else {
             if required {
                 return Err(RemoteClusterError::ConfigMissing(name.clone()));
             }
