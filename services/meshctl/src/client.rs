@@ -110,19 +110,32 @@ pub(crate) fn connect_error(err: &ConnectError) -> anyhow::Error {
 /// Maps a failed call of `rpc` (`Service/Method` of `meshwork.agent.v1`) to an error that
 /// names the call.
 pub(crate) fn call_error(socket: &Path, rpc: &str, status: &tonic::Status) -> anyhow::Error {
-    let path = socket.display();
+    let server = format!("the agent at {}", socket.display());
+    let unimplemented = format!("does not serve meshwork.agent.v1.{rpc} — a different version?");
+    failed_call(&server, rpc, status, &unimplemented, |reason| {
+        unreachable(socket, reason)
+    })
+}
+
+/// How a failed call of `rpc` on `server` ("the agent at …") reads: UNAVAILABLE through
+/// `unreachable`, UNIMPLEMENTED with `unimplemented` after the server's name.
+pub(crate) fn failed_call(
+    server: &str,
+    rpc: &str,
+    status: &tonic::Status,
+    unimplemented: &str,
+    unreachable: impl FnOnce(&str) -> anyhow::Error,
+) -> anyhow::Error {
     match status.code() {
-        Code::Unavailable => unreachable(socket, status.message()),
+        Code::Unavailable => unreachable(status.message()),
         // tonic reports the client-side call timeout as Cancelled.
         Code::DeadlineExceeded | Code::Cancelled => anyhow!(
-            "the agent at {path} did not answer {rpc} within {}s",
+            "{server} did not answer {rpc} within {}s",
             CALL_TIMEOUT.as_secs()
         ),
-        Code::Unimplemented => anyhow!(
-            "the agent at {path} does not serve meshwork.agent.v1.{rpc} — a different version?"
-        ),
+        Code::Unimplemented => anyhow!("{server} {unimplemented}"),
         code => anyhow!(
-            "the agent at {path} failed to answer {rpc}: {code:?}: {}",
+            "{server} failed to answer {rpc}: {code:?}: {}",
             status.message()
         ),
     }

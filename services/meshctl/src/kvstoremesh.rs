@@ -4,10 +4,9 @@
 use anyhow::{Context as _, anyhow};
 use meshwork_proto::kvstoremesh::v1::kvstore_mesh_client::KvstoreMeshClient;
 use meshwork_proto::kvstoremesh::v1::{CacheStatus, StatusRequest, StatusResponse};
-use tonic::Code;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::client::{CALL_TIMEOUT, CONNECT_TIMEOUT};
+use crate::client::{CALL_TIMEOUT, CONNECT_TIMEOUT, failed_call};
 
 /// A connection to kvstoremesh's API, made on first use and again after a failed connect.
 pub struct Kvstoremesh {
@@ -40,21 +39,13 @@ impl Kvstoremesh {
             }
         };
         let reply = client.status(StatusRequest {}).await.map_err(|status| {
-            let addr = &self.addr;
-            match status.code() {
-                Code::Unavailable => self.unreachable(status.message()),
-                Code::DeadlineExceeded | Code::Cancelled => anyhow!(
-                    "kvstoremesh at {addr} did not answer KvstoreMesh/Status within {}s",
-                    CALL_TIMEOUT.as_secs()
-                ),
-                Code::Unimplemented => anyhow!(
-                    "{addr} does not serve meshwork.kvstoremesh.v1.KvstoreMesh — is it kvstoremesh's --api-serve-addr?"
-                ),
-                code => anyhow!(
-                    "kvstoremesh at {addr} failed to answer KvstoreMesh/Status: {code:?}: {}",
-                    status.message()
-                ),
-            }
+            failed_call(
+                &format!("kvstoremesh at {}", self.addr),
+                "KvstoreMesh/Status",
+                &status,
+                "does not serve meshwork.kvstoremesh.v1.KvstoreMesh — is it kvstoremesh's --api-serve-addr?",
+                |reason| self.unreachable(reason),
+            )
         });
         if reply.is_err() {
             // A broken channel is made again on the next poll.

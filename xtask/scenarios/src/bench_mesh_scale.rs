@@ -395,24 +395,15 @@ async fn canaries_written(
 /// filled local etcd, all at once.
 async fn raw_read_cache(local: &EtcdServer, clusters: &[Cluster]) -> anyhow::Result<Duration> {
     let backend = load::connect(&local.endpoint()).await?;
-    let started = Instant::now();
-    let reads: Vec<_> = clusters
+    let reads = clusters
         .iter()
         .flat_map(|cluster| {
             let p = ClusterPrefixes::new(&cluster.name, true);
             [p.nodes, p.services, p.identities, p.ipcache].map(|p| format!("{}/", p.watch))
         })
-        .map(|prefix| {
-            let backend = backend.clone();
-            tokio::spawn(
-                async move { floor::read_prefix(&backend, &prefix, DEFAULT_PAGE_SIZE).await },
-            )
-        })
+        .map(|prefix| (backend.clone(), prefix))
         .collect();
-    for read in reads {
-        read.await??;
-    }
-    Ok(started.elapsed())
+    floor::read_all(reads).await
 }
 
 /// Every remote's config file pointing at `local` (as an agent behind kvstoremesh has it).

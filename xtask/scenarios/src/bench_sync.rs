@@ -12,7 +12,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use meshwork_kvstore::{etcd::DEFAULT_PAGE_SIZE, keys};
+use meshwork_kvstore::keys;
 use meshwork_lab::agent::{AgentOptions, AgentProcess};
 use meshwork_lab::cilium::{Cluster, Sizes};
 use meshwork_lab::etcd::{EtcdOptions, EtcdServer};
@@ -220,19 +220,7 @@ pub(crate) async fn raw_read(
             reads.push((backend.clone(), prefix));
         }
     }
-    let started = Instant::now();
-    let tasks: Vec<_> = reads
-        .into_iter()
-        .map(|(backend, prefix)| {
-            tokio::spawn(
-                async move { floor::read_prefix(&backend, &prefix, DEFAULT_PAGE_SIZE).await },
-            )
-        })
-        .collect();
-    for task in tasks {
-        task.await??;
-    }
-    Ok(started.elapsed())
+    floor::read_all(reads).await
 }
 
 /// What one agent run to `IPIdentitiesSynced` measured.

@@ -1,6 +1,9 @@
 //! The physical floor of the benchmarks: reading keys raw from etcd, no decoding.
 
+use std::time::{Duration, Instant};
+
 use meshwork_kvstore::EtcdBackend;
+use meshwork_kvstore::etcd::DEFAULT_PAGE_SIZE;
 
 /// Reads every key under `prefix` page by page at one revision, as the watch store's list
 /// does, and returns how many there were.
@@ -55,4 +58,20 @@ pub async fn list_prefix(
             _ => return Ok(kvs),
         }
     }
+}
+
+/// Reads every `(backend, prefix)` of `reads` at once, as [`read_prefix`] does each, and
+/// answers how long the slowest took.
+pub async fn read_all(reads: Vec<(EtcdBackend, String)>) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    let tasks: Vec<_> = reads
+        .into_iter()
+        .map(|(backend, prefix)| {
+            tokio::spawn(async move { read_prefix(&backend, &prefix, DEFAULT_PAGE_SIZE).await })
+        })
+        .collect();
+    for task in tasks {
+        task.await??;
+    }
+    Ok(started.elapsed())
 }
