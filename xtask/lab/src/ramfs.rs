@@ -1,7 +1,8 @@
 //! A ramfs mount for many etcd data directories. etcd preallocates a 64 MB WAL segment with
 //! `fallocate`; ramfs has no `fallocate`, so etcd falls back to `ftruncate` and the segment
-//! stays sparse: 250 etcds cost kilobytes each here instead of 64 MB of RAM (tmpfs) or
-//! 120 MB of disk (machine-notes, etcd). ramfs has no size limit: only for small data sets.
+//! stays sparse: 250 etcds of 1,200 keys each held 177 MiB in all (bench mesh-scale), not
+//! 64 MB of RAM each (tmpfs) or 120 MB of disk each (machine-notes, etcd). ramfs has no size
+//! limit: only for small data sets.
 
 use std::path::Path;
 
