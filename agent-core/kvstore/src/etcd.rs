@@ -1,4 +1,4 @@
-//! The etcd backend: connection, paginated lists, watches, leases.
+//! The etcd backend: connection, paginated lists, leases; watches in [`watch`].
 //!
 //! Lists are paginated so that no response exceeds the client's 4 MiB decode limit (100k
 //! ipcache keys are about 15 MB): every page after the first reads at the first page's
@@ -6,21 +6,25 @@
 //! caller decodes the current one. A page that still comes back too large is asked for again
 //! with half the limit.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, KvClient, PutOptions, Txn,
-    TxnOp, TxnOpResponse, WatchOptions, WatchResponseStream,
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, KvClient, PutOptions, Txn, TxnOp,
+    TxnOpResponse,
 };
 use tokio::sync::mpsc;
 
 use super::keys::prefix_range_end;
 use super::{EtcdConfig, KvstoreError};
 
+mod watch;
+
+pub(crate) use watch::{WATCH_DECODE_LIMIT, events_of};
+pub use watch::{Watch, WatchEvent};
+
 /// Keys per list page unless the caller says otherwise.
 pub const DEFAULT_PAGE_SIZE: i64 = 1000;
-/// Largest watch response accepted: one revision can carry many events (a big transaction).
-const WATCH_DECODE_LIMIT: usize = 64 * 1024 * 1024;
 /// Deadline of unary requests (watches are streams and have none).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -29,6 +33,8 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 pub struct EtcdBackend {
     client: Client,
     endpoints: String,
+    /// Set by [`EtcdBackend::with_shared_watches`].
+    hubs: Arc<[watch::HubSlot]>,
 }
 
 impl std::fmt::Debug for EtcdBackend {
@@ -51,6 +57,17 @@ pub struct ListPage {
     pub remaining: i64,
 }
 
+/// What [`EtcdBackend::get_all_and_list`] read, all at one revision.
+#[derive(Debug)]
+pub struct TxnRead {
+    /// Each key's value (`None`: absent), in the order asked.
+    pub values: Vec<Option<Vec<u8>>>,
+    /// The prefix's keys, when they all fit in the limit (`None` when there are more).
+    pub listed: Option<ListPage>,
+    /// The revision of the read.
+    pub revision: i64,
+}
+
 /// One write of [`EtcdBackend::write_batch`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeyWrite {
@@ -70,27 +87,6 @@ pub enum KeyWrite {
     },
 }
 
-/// One change seen by a watch.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum WatchEvent {
-    /// A key was created or modified.
-    Put {
-        /// The full key.
-        key: Vec<u8>,
-        /// The new value.
-        value: Vec<u8>,
-        /// The key's new mod revision.
-        mod_revision: i64,
-    },
-    /// A key was deleted.
-    Delete {
-        /// The full key.
-        key: Vec<u8>,
-        /// The revision of the delete.
-        mod_revision: i64,
-    },
-}
-
 /// What [`EtcdBackend::put_if_mod_revision`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ConditionalPut {
@@ -105,23 +101,6 @@ pub enum ConditionalPut {
         /// key does not exist.
         current: Option<(Vec<u8>, i64)>,
     },
-}
-
-/// An open watch on a prefix.
-pub struct Watch {
-    stream: WatchResponseStream,
-    // Dropping the request sender cancels the watch server-side.
-    _requests: etcd_client::WatchRequestSender,
-    prefix: String,
-    start_revision: i64,
-}
-
-impl std::fmt::Debug for Watch {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Watch")
-            .field("prefix", &self.prefix)
-            .finish_non_exhaustive()
-    }
 }
 
 impl EtcdBackend {
@@ -145,7 +124,11 @@ impl EtcdBackend {
                 endpoints: endpoints.clone(),
                 error: source,
             })?;
-        let backend = Self { client, endpoints };
+        let backend = Self {
+            client,
+            endpoints,
+            hubs: Arc::new([]),
+        };
         // Status needs no key permissions, so it works for read-only remote users too.
         let mut maintenance = backend.client.maintenance_client();
         tokio::time::timeout(timeout, maintenance.status())
@@ -188,26 +171,65 @@ impl EtcdBackend {
         &self,
         keys: &[&str],
     ) -> Result<(Vec<Option<Vec<u8>>>, i64), KvstoreError> {
-        let txn = Txn::new().and_then(
-            keys.iter()
-                .map(|key| TxnOp::get(*key, None))
-                .collect::<Vec<_>>(),
-        );
-        let response = with_deadline("get txn", self.kv().txn(txn)).await?;
+        let read = self.read_txn(keys, None).await?;
+        Ok((read.values, read.revision))
+    }
+
+    /// Reads `keys` and up to `limit` keys under `prefix` in one transaction: one revision,
+    /// one round trip, one read transaction on the server.
+    pub async fn get_all_and_list(
+        &self,
+        keys: &[&str],
+        prefix: &str,
+        limit: i64,
+    ) -> Result<TxnRead, KvstoreError> {
+        self.read_txn(keys, Some((prefix, limit))).await
+    }
+
+    async fn read_txn(
+        &self,
+        keys: &[&str],
+        list: Option<(&str, i64)>,
+    ) -> Result<TxnRead, KvstoreError> {
+        let mut ops: Vec<_> = keys.iter().map(|key| TxnOp::get(*key, None)).collect();
+        if let Some((prefix, limit)) = list {
+            let options = GetOptions::new()
+                .with_range(prefix_range_end(prefix.as_bytes()))
+                .with_limit(limit.max(1));
+            ops.push(TxnOp::get(prefix, Some(options)));
+        }
+        let response = with_deadline("get txn", self.kv().txn(Txn::new().and_then(ops))).await?;
         let revision = response.header().map_or(0, |h| h.revision());
-        let values = response
+        let mut gets: Vec<_> = response
             .op_responses()
             .into_iter()
             .map(|op| match op {
-                TxnOpResponse::Get(mut get) => get
-                    .take_kvs()
-                    .into_iter()
-                    .next()
-                    .map(|kv| kv.into_key_value().1),
+                TxnOpResponse::Get(get) => Some(get),
                 _ => None,
             })
             .collect();
-        Ok((values, revision))
+        let listed = match list {
+            Some(_) => gets.pop().flatten().and_then(|mut get| {
+                (!get.more()).then(|| ListPage {
+                    remaining: get.count(),
+                    kvs: get.take_kvs(),
+                    revision,
+                })
+            }),
+            None => None,
+        };
+        let values = gets
+            .into_iter()
+            .map(|get| {
+                get.and_then(|mut get| get.take_kvs().into_iter().next())
+                    .map(|kv| kv.into_key_value().1)
+            })
+            .collect();
+        Ok(TxnRead {
+            values,
+            listed,
+            revision,
+        })
     }
 
     /// Writes one key.
@@ -480,84 +502,9 @@ impl EtcdBackend {
         });
         rx
     }
-
-    /// Watches every key under `prefix` from `start_revision` on.
-    pub async fn watch(&self, prefix: &str, start_revision: i64) -> Result<Watch, KvstoreError> {
-        let mut client = self
-            .client
-            .watch_client()
-            .max_decoding_message_size(WATCH_DECODE_LIMIT);
-        let options = WatchOptions::new()
-            .with_range(prefix_range_end(prefix.as_bytes()))
-            .with_start_revision(start_revision);
-        let operation = format!("watch {prefix}");
-        let stream = with_deadline(&operation, client.watch(prefix, Some(options))).await?;
-        let (requests, stream) = stream.split();
-        Ok(Watch {
-            stream,
-            _requests: requests,
-            prefix: prefix.to_owned(),
-            start_revision,
-        })
-    }
 }
 
-impl Watch {
-    /// The next batch of events. `Ok(None)` means the server closed the watch; a compacted
-    /// start revision is [`KvstoreError::Compacted`].
-    pub async fn next(&mut self) -> Result<Option<Vec<WatchEvent>>, KvstoreError> {
-        loop {
-            let message = self
-                .stream
-                .message()
-                .await
-                .map_err(KvstoreError::request(format!("watch {}", self.prefix)))?;
-            let Some(response) = message else {
-                return Ok(None);
-            };
-            if response.compact_revision() > 0 {
-                return Err(KvstoreError::Compacted {
-                    revision: self.start_revision,
-                    compact_revision: response.compact_revision(),
-                });
-            }
-            if response.canceled() {
-                return Err(KvstoreError::Request {
-                    operation: format!("watch {}", self.prefix),
-                    error: etcd_client::Error::WatchError(format!(
-                        "canceled by the server: {}",
-                        response.cancel_reason()
-                    )),
-                });
-            }
-            if response.created() && response.events().is_empty() {
-                continue;
-            }
-            let events = response
-                .events()
-                .iter()
-                .filter_map(|event| {
-                    let kv = event.kv()?;
-                    let mod_revision = kv.mod_revision();
-                    Some(match event.event_type() {
-                        EventType::Put => WatchEvent::Put {
-                            key: kv.key().to_vec(),
-                            value: kv.value().to_vec(),
-                            mod_revision,
-                        },
-                        EventType::Delete => WatchEvent::Delete {
-                            key: kv.key().to_vec(),
-                            mod_revision,
-                        },
-                    })
-                })
-                .collect();
-            return Ok(Some(events));
-        }
-    }
-}
-
-async fn with_deadline<T>(
+pub(crate) async fn with_deadline<T>(
     operation: &str,
     future: impl Future<Output = Result<T, etcd_client::Error>>,
 ) -> Result<T, KvstoreError> {

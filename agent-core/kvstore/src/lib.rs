@@ -6,6 +6,7 @@
 //! - [`lease_writer::Writer`]: keys under leases, adopted across restarts.
 //! - [`follow::follow_prefix`]: every change under a prefix, whoever made it.
 //! - [`shared::SharedBackends`]: one client for every remote that names the same etcd.
+//! - [`watch_hub`]: one etcd watch serving every watch of a backend under a root prefix.
 //! - [`Decoder`]: typed, validated decoding of values (see [`meshwork_types`]).
 
 pub mod config;
@@ -16,11 +17,12 @@ pub mod lease_writer;
 pub mod manager;
 pub mod metrics;
 pub mod shared;
+pub mod watch_hub;
 pub mod watch_store;
 
 pub use config::EtcdConfig;
 pub use error::KvstoreError;
-pub use etcd::{ConditionalPut, EtcdBackend, KeyWrite, ListPage, Watch, WatchEvent};
+pub use etcd::{ConditionalPut, EtcdBackend, KeyWrite, ListPage, TxnRead, Watch, WatchEvent};
 pub use manager::WatchStoreManager;
 pub use meshwork_types::{DecodeError, Decoder, RawDecoder, keys};
 pub use metrics::KvstoreMetrics;

@@ -16,13 +16,17 @@ use tokio_util::sync::CancellationToken;
 
 use super::keys::synced_prefix;
 use super::watch_store::{Observer, WatchStore, WatchStoreOptions};
-use super::{EtcdBackend, KvstoreMetrics, RawDecoder};
+use super::{EtcdBackend, KvstoreMetrics, ListPage, RawDecoder};
 
 /// Work started for a prefix; it should run until the token is cancelled.
 pub type PrefixFn = Box<dyn FnOnce(CancellationToken) -> BoxFuture<'static, ()> + Send>;
 
 enum Mode {
-    Sync { backend: Box<EtcdBackend> },
+    Sync {
+        backend: Box<EtcdBackend>,
+        /// The canaries, when the caller read them already.
+        listed: Option<ListPage>,
+    },
     Immediate,
 }
 
@@ -40,10 +44,22 @@ impl WatchStoreManager {
         Self::new(
             Mode::Sync {
                 backend: Box::new(backend),
+                listed: None,
             },
             cluster.into(),
             metrics,
         )
+    }
+
+    /// The canaries are `page` (every key under `cilium/synced/<cluster>/`, read with
+    /// [`EtcdBackend::get_all_and_list`] along with the cluster config): the first list of
+    /// the canary store costs no request of its own. No effect on an immediate manager.
+    #[must_use]
+    pub fn with_listed_canaries(mut self, page: ListPage) -> Self {
+        if let Mode::Sync { listed, .. } = &mut self.mode {
+            *listed = Some(page);
+        }
+        self
     }
 
     /// Starts every function as soon as [`WatchStoreManager::run`] is called.
@@ -87,7 +103,7 @@ impl WatchStoreManager {
                 }
                 cancel.cancelled().await;
             }
-            Mode::Sync { backend } => {
+            Mode::Sync { backend, listed } => {
                 let (ready_tx, mut ready_rx) = mpsc::unbounded_channel();
                 let mut canaries = WatchStore::new(
                     RawDecoder,
@@ -97,6 +113,9 @@ impl WatchStoreManager {
                         ..WatchStoreOptions::new(cluster.clone())
                     },
                 );
+                if let Some(page) = listed {
+                    canaries.list_ahead(page);
+                }
                 let prefix = synced_prefix(&cluster);
                 let watch = canaries.watch(&backend, &prefix, &cancel);
                 tokio::pin!(watch);

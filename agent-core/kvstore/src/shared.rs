@@ -9,6 +9,18 @@ use std::time::Duration;
 
 use crate::{EtcdBackend, EtcdConfig, KvstoreError};
 
+/// What a remote cluster's stores watch, each root served by one etcd watch: a remote asks
+/// for six watches (four stores, its canaries, its config), 1,500 for 250 remotes behind
+/// kvstoremesh. Narrower than `cilium/`, so that what else the etcd holds (a remote's own
+/// kvstoremesh cache, the local cluster's state next to the cache) is not streamed for
+/// nothing.
+pub const SHARED_WATCH_ROOTS: [&str; 4] = [
+    "cilium/state/",
+    "cilium/cache/",
+    "cilium/synced/",
+    "cilium/cluster-config/",
+];
+
 /// A connected client and the number that tells it from the one it replaced.
 type Slot = Arc<tokio::sync::Mutex<Option<(u64, EtcdBackend)>>>;
 
@@ -60,7 +72,9 @@ impl SharedBackends {
                 generation: *generation,
             });
         }
-        let backend = EtcdBackend::connect(config, timeout).await?;
+        let backend = EtcdBackend::connect(config, timeout)
+            .await?
+            .with_shared_watches(&SHARED_WATCH_ROOTS);
         let generation = self.connections.fetch_add(1, Ordering::Relaxed);
         *slot = Some((generation, backend.clone()));
         Ok(Shared {

@@ -19,9 +19,10 @@ use std::time::Duration;
 use backon::{BackoffBuilder, ExponentialBuilder};
 use hashbrown::HashMap;
 use hashbrown::hash_map::EntryRef;
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::etcd::{DEFAULT_PAGE_SIZE, EtcdBackend, WatchEvent};
+use super::etcd::{DEFAULT_PAGE_SIZE, EtcdBackend, ListPage, WatchEvent};
 use super::keys::{scope_of, with_trailing_slash};
 use super::metrics::{KvstoreMetrics, PrefixLabels, SyncLabels};
 use super::{Decoder, KvstoreError};
@@ -141,6 +142,8 @@ pub struct WatchStore<D: Decoder, O: Observer<D::Value>> {
     on_sync: Vec<OnSync>,
     /// The observer has been told of the first list-done.
     announced: bool,
+    /// A snapshot of the prefix read along with something else (see [`Self::list_ahead`]).
+    listed_ahead: Option<ListPage>,
     status: Arc<StoreStatus>,
     options: WatchStoreOptions,
 }
@@ -159,9 +162,18 @@ impl<D: Decoder, O: Observer<D::Value>> WatchStore<D, O> {
             state: HashMap::default(),
             on_sync: Vec::new(),
             announced: false,
+            listed_ahead: None,
             status: Arc::default(),
             options,
         }
+    }
+
+    /// Makes the next list `page` instead of a read from etcd: the whole prefix, read in
+    /// the same transaction as something else (a remote's canaries with its cluster config),
+    /// so the server opens one read transaction for both. The watch follows from the page's
+    /// revision; a re-list after an error reads etcd.
+    pub fn list_ahead(&mut self, page: ListPage) {
+        self.listed_ahead = Some(page);
     }
 
     /// Registers a callback for the end of the first list. Callbacks run in registration
@@ -283,7 +295,14 @@ impl<D: Decoder, O: Observer<D::Value>> WatchStore<D, O> {
         prefix: &str,
         cancel: &CancellationToken,
     ) -> Result<Option<i64>, KvstoreError> {
-        let mut pages = backend.list(prefix, self.options.page_size);
+        let mut pages = match self.listed_ahead.take() {
+            Some(page) => {
+                let (tx, rx) = mpsc::channel(1);
+                let _ = tx.try_send(Ok(page));
+                rx
+            }
+            None => backend.list(prefix, self.options.page_size),
+        };
         let mut revision = 0;
         let mut first = true;
         loop {

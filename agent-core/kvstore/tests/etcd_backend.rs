@@ -147,24 +147,10 @@ async fn a_watch_answers_the_revision_of_every_change() {
 #[ignore = "needs real etcd: `cargo xtask test` runs it"]
 async fn tls_with_a_read_only_user_reads_and_cannot_write() {
     init_tracing();
-    let etcd = EtcdServer::start_with(EtcdOptions {
-        tls: true,
-        ..EtcdOptions::default()
-    })
-    .unwrap();
-    let tls = etcd.tls().unwrap().clone();
+    let etcd = tls_etcd();
     etcd.ctl(&["put", "cilium/cluster-config/c1", r#"{"id":1}"#])
         .unwrap();
-    let remote = etcd.add_user("remote", "cilium/", Access::Read).unwrap();
-    let config = EtcdConfig {
-        endpoints: vec![etcd.endpoint()],
-        trusted_ca_file: Some(tls.ca_file.clone()),
-        cert_file: Some(remote.cert_file),
-        key_file: Some(remote.key_file),
-    };
-    let backend = EtcdBackend::connect(&config, Duration::from_secs(10))
-        .await
-        .unwrap();
+    let backend = connect_as(&etcd, "remote", "cilium/", Access::Read).await;
     let (value, _) = backend
         .get("cilium/cluster-config/c1")
         .await

@@ -319,3 +319,48 @@ async fn lists_100k_keys_in_pages_under_the_4_mib_limit() {
     assert_eq!(status.decode_errors(), 0);
     assert_eq!(status.relists(), 0);
 }
+
+/// Range requests etcd has answered.
+fn ranges(etcd: &EtcdServer) -> f64 {
+    let name = r#"grpc_server_handled_total{grpc_code="OK",grpc_method="Range",grpc_service="etcdserverpb.KV",grpc_type="unary"}"#;
+    etcd.metric(name).unwrap().unwrap_or(0.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs real etcd: `cargo xtask test` runs it"]
+async fn a_list_read_ahead_is_the_first_list_and_the_watch_follows_from_its_revision() {
+    init_tracing();
+    let etcd = EtcdServer::start().unwrap();
+    let backend = connect(&etcd).await;
+    backend.put("foo/bar/key1", "value1A").await.unwrap();
+    let read = backend
+        .get_all_and_list(&["foo/config"], "foo/bar/", 64)
+        .await
+        .unwrap();
+    assert_eq!(read.values, [None]);
+    let page = read.listed.expect("one key fits the limit");
+    // Written after the read: only a watch from the read's revision sees it.
+    backend.put("foo/bar/key2", "value2A").await.unwrap();
+
+    let before = ranges(&etcd);
+    let (mut store, mut rx) = text_store("qux");
+    store.list_ahead(page);
+    let status = store.status();
+    let run = Running::start(store, &backend, "foo/bar/");
+    assert_eq!(next(&mut rx).await, upsert("key1", "value1A"));
+    assert_eq!(next(&mut rx).await, upsert("key2", "value2A"));
+    assert!(status.listed());
+    assert_eq!(ranges(&etcd), before, "the store listed nothing itself");
+    run.stop().await;
+
+    // The negative control: without the page the store lists.
+    let (store, mut rx) = text_store("qux");
+    let run = Running::start(store, &backend, "foo/bar/");
+    next_n_sorted(&mut rx, 2).await;
+    assert!(ranges(&etcd) > before);
+    run.stop().await;
+
+    // A prefix with more keys than the limit is not read ahead.
+    let read = backend.get_all_and_list(&[], "foo/bar/", 1).await.unwrap();
+    assert!(read.listed.is_none());
+}

@@ -187,6 +187,34 @@ impl EtcdServer {
         format!("{}://127.0.0.1:{}", self.scheme(), self.client_port)
     }
 
+    /// The value of one of the server's Prometheus metrics (e.g.
+    /// `etcd_debugging_mvcc_watcher_total`, the watchers etcd holds), read from `/metrics` on
+    /// the client port (`None`: no such metric); plain servers only.
+    pub fn metric(&self, name: &str) -> Result<Option<f64>> {
+        use std::io::{Read as _, Write as _};
+        let context = format!("reading the metrics of etcd {}", self.name);
+        if self.tls.is_some() {
+            return Err(LabError::CommandFailed {
+                command: context,
+                detail: "metrics are read from plain servers only".to_owned(),
+            });
+        }
+        let mut body = String::new();
+        std::net::TcpStream::connect(("127.0.0.1", self.client_port))
+            .and_then(|mut stream| {
+                stream.set_read_timeout(Some(READY_TIMEOUT))?;
+                stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
+                stream.read_to_string(&mut body)
+            })
+            .map_err(LabError::io(context))?;
+        Ok(body.lines().find_map(|line| {
+            let (metric, value) = line.split_once(' ')?;
+            (metric == name)
+                .then(|| value.trim().parse().ok())
+                .flatten()
+        }))
+    }
+
     /// The client port on 127.0.0.1.
     pub fn client_port(&self) -> u16 {
         self.client_port

@@ -10,7 +10,8 @@ use actix::Recipient;
 use backon::{BackoffBuilder, ExponentialBuilder};
 use meshwork_kvstore::shared::SharedBackends;
 use meshwork_kvstore::{
-    EtcdBackend, KvstoreError, KvstoreMetrics, WatchEvent, WatchStoreManager, keys,
+    EtcdBackend, KvstoreError, KvstoreMetrics, ListPage, TxnRead, WatchEvent, WatchStoreManager,
+    keys,
 };
 use meshwork_types::{ClusterConfig, ClusterConfigError};
 use tokio::sync::watch;
@@ -22,6 +23,10 @@ use super::{DrainReason, StoreSet};
 use crate::cluster_ids::{ReserveClusterId, ReserveError};
 use crate::config_dir::RemoteClusterConfig;
 use crate::events::ClusterRef;
+
+/// Most canaries read along with the cluster config (a remote has one per prefix, five at
+/// most); more than that, and the canary store lists them itself.
+const CANARIES_READ_AHEAD: i64 = 64;
 
 /// Settings shared by every remote cluster of the agent.
 #[derive(Debug, Clone)]
@@ -210,7 +215,7 @@ impl<S: StoreSet> Runner<S> {
             s.config_retrieved = false;
             s.cluster_id = 0;
         });
-        let (config, revision) = self.fetch_config(backend).await?;
+        let (config, revision, canaries) = self.fetch_config(backend).await?;
         self.state.send_modify(|s| {
             s.cluster_id = config.id;
             s.config_retrieved = s.config_required || config.id != 0;
@@ -230,7 +235,12 @@ impl<S: StoreSet> Runner<S> {
 
         let connection = cancel.child_token();
         let mut manager = if config.capabilities.synced_canaries {
-            WatchStoreManager::sync(backend.clone(), name.clone(), self.metrics.clone())
+            let manager =
+                WatchStoreManager::sync(backend.clone(), name.clone(), self.metrics.clone());
+            match canaries {
+                Some(page) => manager.with_listed_canaries(page),
+                None => manager,
+            }
         } else {
             WatchStoreManager::immediate(name.clone())
         };
@@ -244,16 +254,28 @@ impl<S: StoreSet> Runner<S> {
         ended
     }
 
-    /// Reads and validates the cluster config; returns it and the revision it was read at.
+    /// Reads and validates the cluster config; returns it, the revision it was read at, and
+    /// the remote's canaries at that revision (when there are few enough to read at once).
     async fn fetch_config(
         &self,
         backend: &EtcdBackend,
-    ) -> Result<(ClusterConfig, i64), RemoteClusterError> {
+    ) -> Result<(ClusterConfig, i64, Option<ListPage>), RemoteClusterError> {
         let name = &self.config.name;
         let key = format!("{}/{name}", keys::CLUSTER_CONFIG_PREFIX);
-        // One round trip for both, at the revision the watchdog then watches from.
-        let (mut values, revision) = backend
-            .get_all(&[keys::HAS_CLUSTER_CONFIG_KEY, &key])
+        // One round trip, one read transaction on the server for the marker, the config and
+        // the canaries, at the revision the watchdog and the canary store then watch from:
+        // etcd 3.4 copies its read buffer into every read transaction, and 250 remotes behind
+        // kvstoremesh all read the one local etcd.
+        let TxnRead {
+            mut values,
+            listed,
+            revision,
+        } = backend
+            .get_all_and_list(
+                &[keys::HAS_CLUSTER_CONFIG_KEY, &key],
+                &keys::synced_prefix(name),
+                CANARIES_READ_AHEAD,
+            )
             .await?;
         let value = values.pop().flatten();
         let required = values.pop().flatten().is_some();
@@ -263,12 +285,12 @@ impl<S: StoreSet> Runner<S> {
                 return Err(RemoteClusterError::ConfigMissing(name.clone()));
             }
             // Old remotes without a config: no ID, no capabilities.
-            return Ok((ClusterConfig::default(), revision));
+            return Ok((ClusterConfig::default(), revision, None));
         };
         let config = ClusterConfig::from_json(&value)
             .map_err(|e| RemoteClusterError::ConfigMalformed(e.to_string()))?;
         config.validate_remote(self.settings.max_connected_clusters)?;
-        Ok((config, revision))
+        Ok((config, revision, listed))
     }
 
     /// The stores for `cluster_id`: the existing ones, or new ones after draining the old.

@@ -163,3 +163,32 @@ pub fn assert_drained(rx: &mut mpsc::UnboundedReceiver<Seen>) {
         panic!("unexpected extra event {extra:?}");
     }
 }
+
+/// A TLS etcd server (etcd auth by client-certificate CN).
+pub fn tls_etcd() -> EtcdServer {
+    EtcdServer::start_with(meshwork_lab::etcd::EtcdOptions {
+        tls: true,
+        ..meshwork_lab::etcd::EtcdOptions::default()
+    })
+    .expect("start a TLS etcd")
+}
+
+/// A connection to TLS `etcd` as a new user `name` with `access` to `prefix`.
+pub async fn connect_as(
+    etcd: &EtcdServer,
+    name: &str,
+    prefix: &str,
+    access: meshwork_lab::etcd::Access,
+) -> EtcdBackend {
+    let tls = etcd.tls().expect("a TLS etcd").clone();
+    let user = etcd.add_user(name, prefix, access).expect("add the user");
+    let config = EtcdConfig {
+        endpoints: vec![etcd.endpoint()],
+        trusted_ca_file: Some(tls.ca_file),
+        cert_file: Some(user.cert_file),
+        key_file: Some(user.key_file),
+    };
+    EtcdBackend::connect(&config, Duration::from_secs(10))
+        .await
+        .expect("connect as the user")
+}
