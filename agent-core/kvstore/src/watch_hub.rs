@@ -84,24 +84,31 @@ impl HubState {
 
     /// Hands each subscriber its share of one batch, in order. Returns whether anyone still
     /// listens.
-    pub(crate) fn dispatch(&mut self, events: Vec<WatchEvent>) -> bool {
-        let mut batches: HashMap<Vec<u8>, Vec<WatchEvent>> = HashMap::new();
-        for event in events {
-            let (key, revision) = match &event {
-                WatchEvent::Put {
-                    key, mod_revision, ..
-                }
-                | WatchEvent::Delete { key, mod_revision } => (key.as_slice(), *mod_revision),
-            };
-            self.dispatched = self.dispatched.max(revision);
+    pub(crate) fn dispatch(&mut self, events: &[WatchEvent]) -> bool {
+        // Per subscribed prefix, the positions of its events: each event is copied once per
+        // share it goes to, and only then.
+        let mut batches: HashMap<&[u8], Vec<usize>> = HashMap::new();
+        for (position, event) in events.iter().enumerate() {
+            self.dispatched = self.dispatched.max(event.mod_revision());
             for &length in self.lengths.keys() {
-                if let Some(prefix) = key.get(..length)
+                if let Some(prefix) = event.key().get(..length)
                     && self.subscribers.contains_key(prefix)
                 {
-                    batches
-                        .entry(prefix.to_vec())
-                        .or_default()
-                        .push(event.clone());
+                    batches.entry(prefix).or_default().push(position);
+                }
+            }
+        }
+        for (prefix, positions) in batches {
+            for subscriber in self.subscribers.get(prefix).into_iter().flatten() {
+                let share: Vec<_> = positions
+                    .iter()
+                    .map(|&position| &events[position])
+                    .filter(|e| e.mod_revision() >= subscriber.start_revision)
+                    .cloned()
+                    .collect();
+                if !share.is_empty() {
+                    // A failed send is a share that left; the sweep below drops it.
+                    let _ = subscriber.events.send(Ok(share));
                 }
             }
         }
@@ -110,22 +117,9 @@ impl HubState {
             subscribers.retain(|s| !s.events.is_closed());
             !subscribers.is_empty()
         });
-        self.recount_lengths();
-        for (prefix, batch) in batches {
-            let Some(subscribers) = self.subscribers.get_mut(&prefix) else {
-                continue;
-            };
-            subscribers.retain(|subscriber| {
-                let share: Vec<_> = batch
-                    .iter()
-                    .filter(|e| revision_of(e) >= subscriber.start_revision)
-                    .cloned()
-                    .collect();
-                share.is_empty() || subscriber.events.send(Ok(share)).is_ok()
-            });
-            if subscribers.is_empty() {
-                self.unsubscribe_prefix(&prefix);
-            }
+        self.lengths.clear();
+        for prefix in self.subscribers.keys() {
+            *self.lengths.entry(prefix.len()).or_default() += 1;
         }
         !self.subscribers.is_empty()
     }
@@ -138,32 +132,6 @@ impl HubState {
             }
         }
         self.lengths.clear();
-    }
-
-    fn recount_lengths(&mut self) {
-        self.lengths.clear();
-        for prefix in self.subscribers.keys() {
-            *self.lengths.entry(prefix.len()).or_default() += 1;
-        }
-    }
-
-    fn unsubscribe_prefix(&mut self, prefix: &[u8]) {
-        if self.subscribers.remove(prefix).is_some()
-            && let Some(count) = self.lengths.get_mut(&prefix.len())
-        {
-            *count -= 1;
-            if *count == 0 {
-                self.lengths.remove(&prefix.len());
-            }
-        }
-    }
-}
-
-fn revision_of(event: &WatchEvent) -> i64 {
-    match event {
-        WatchEvent::Put { mod_revision, .. } | WatchEvent::Delete { mod_revision, .. } => {
-            *mod_revision
-        }
     }
 }
 
@@ -271,7 +239,7 @@ async fn run(
                     )),
                     Ok(Some(response)) => {
                         let events = events_of(&response);
-                        if !events.is_empty() && !state.dispatch(events) {
+                        if !events.is_empty() && !state.dispatch(&events) {
                             tracing::debug!("every subscriber of the shared watch left");
                             return;
                         }
@@ -303,13 +271,11 @@ mod tests {
     fn keys(batch: &[WatchEvent]) -> Vec<(String, i64)> {
         batch
             .iter()
-            .map(|e| match e {
-                WatchEvent::Put {
-                    key, mod_revision, ..
-                }
-                | WatchEvent::Delete { key, mod_revision } => {
-                    (String::from_utf8_lossy(key).into_owned(), *mod_revision)
-                }
+            .map(|e| {
+                (
+                    String::from_utf8_lossy(e.key()).into_owned(),
+                    e.mod_revision(),
+                )
             })
             .collect()
     }
@@ -320,7 +286,7 @@ mod tests {
         let mut c1 = hub.subscribe(b"cilium/cache/ip/v1/c1/", 10).unwrap();
         let mut c10 = hub.subscribe(b"cilium/cache/ip/v1/c10/", 12).unwrap();
         let mut config = hub.subscribe(b"cilium/cluster-config/c1", 10).unwrap();
-        assert!(hub.dispatch(vec![
+        assert!(hub.dispatch(&[
             put("cilium/cache/ip/v1/c1/a", 10),
             put("cilium/cache/ip/v1/c10/a", 11),
             put("cilium/cluster-config/c10", 11),
@@ -349,7 +315,7 @@ mod tests {
         let mut hub = HubState::new(5);
         assert!(hub.subscribe(b"p/", 4).is_none(), "before the hub's start");
         let _p = hub.subscribe(b"p/", 5).unwrap();
-        hub.dispatch(vec![put("p/a", 7)]);
+        hub.dispatch(&[put("p/a", 7)]);
         assert!(
             hub.subscribe(b"q/", 7).is_none(),
             "revision 7 was handed out"
@@ -363,7 +329,7 @@ mod tests {
         let left = hub.subscribe(b"a/", 1).unwrap();
         let mut stays = hub.subscribe(b"b/", 1).unwrap();
         drop(left);
-        assert!(hub.dispatch(vec![put("a/x", 2)]), "b/ still listens");
+        assert!(hub.dispatch(&[put("a/x", 2)]), "b/ still listens");
         assert_eq!(hub.subscribers.len(), 1);
         hub.fail(&HubError::Compacted(3));
         assert_eq!(stays.try_recv().unwrap(), Err(HubError::Compacted(3)));
@@ -374,6 +340,6 @@ mod tests {
     fn the_last_leaver_ends_the_hub() {
         let mut hub = HubState::new(1);
         drop(hub.subscribe(b"a/", 1).unwrap());
-        assert!(!hub.dispatch(vec![put("a/x", 2)]));
+        assert!(!hub.dispatch(&[put("a/x", 2)]));
     }
 }

@@ -44,6 +44,22 @@ pub enum WatchEvent {
     },
 }
 
+impl WatchEvent {
+    /// The full key.
+    pub fn key(&self) -> &[u8] {
+        match self {
+            Self::Put { key, .. } | Self::Delete { key, .. } => key,
+        }
+    }
+
+    /// The revision of the change.
+    pub fn mod_revision(&self) -> i64 {
+        match self {
+            Self::Put { mod_revision, .. } | Self::Delete { mod_revision, .. } => *mod_revision,
+        }
+    }
+}
+
 /// An open watch on a prefix.
 pub struct Watch {
     source: WatchSource,
