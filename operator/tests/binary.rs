@@ -199,6 +199,8 @@ async fn the_binary_allocates_for_an_etcd_node_and_exits_0_on_sigterm() {
         "{classic}"
     );
     assert!(classic.contains("meshwork_ipam_api_rate_limit_duration_seconds"));
+    let body = meshwork_lab::prometheus::scrape(port).expect("the operator serves /metrics");
+    meshwork_lab::prometheus::assert_promtool_clean(&body);
     // The CiliumNode watch store reports its first list done.
     assert!(
         classic.contains("source=\"lab\",action=\"read\"} 1"),

@@ -56,6 +56,12 @@ const COMPONENTS: &[Component] = &[
     Component::program("nft", "nftables", &["nft"], &["--version"]),
     Component::program("openssl", "openssl", &["openssl"], &["version"]),
     Component::program("promtool", "prometheus", &["promtool"], &["--version"]),
+    // `meshctl timeline --png` rasterises its text from a font file.
+    Component::file(
+        "DejaVu fonts",
+        "fonts-dejavu-core",
+        "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    ),
     Component::python_venv("python3-venv", "python3-venv"),
     Component::program("protoc", "protobuf-compiler", &["protoc"], &["--version"]),
     Component::file(

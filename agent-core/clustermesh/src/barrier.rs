@@ -173,6 +173,13 @@ impl Latches {
     fn is_done(&self, kind: SyncKind, scope: Scope<'_>) -> bool {
         self.needed(kind, scope).all(|latch| *latch.borrow())
     }
+
+    fn resource_done(&self, resource: Resource) -> bool {
+        self.latches
+            .iter()
+            .filter(|((r, _), _)| *r == resource)
+            .all(|(_, latch)| *latch.borrow())
+    }
 }
 
 /// Whose acknowledgements a wait counts.
@@ -287,6 +294,13 @@ impl SyncBarrier {
         self.clusters
             .get(cluster)
             .is_some_and(|latches| latches.is_done(kind, Scope::All))
+    }
+
+    /// Whether incarnation `incarnation` of `cluster` has its first list of `resource`
+    /// delivered and applied by every registered consumer.
+    pub fn resource_synced(&self, cluster: &str, incarnation: u64, resource: Resource) -> bool {
+        self.current(cluster, incarnation)
+            .is_some_and(|latches| latches.resource_done(resource))
     }
 
     /// A wait for `kind` over the clusters known now, counting every registered consumer.

@@ -7,16 +7,46 @@ use actix::{Actor, Context, Handler, Message, MessageResult};
 use meshwork_types::{Resource, SyncKind};
 
 use super::barrier::{ClusterWait, Consumer, MeshWait, Scope, SyncBarrier};
+use super::timeline::{Step, TimelineRecorder};
 
 /// The sync barrier actor.
 pub struct SyncBarrierActor {
     barrier: SyncBarrier,
+    timeline: TimelineRecorder,
 }
 
 impl SyncBarrierActor {
     /// Wraps `barrier`.
     pub fn new(barrier: SyncBarrier) -> Self {
-        Self { barrier }
+        Self {
+            barrier,
+            timeline: TimelineRecorder::default(),
+        }
+    }
+
+    /// Records on `timeline` the instant each cluster's resource syncs.
+    pub fn with_timeline(mut self, timeline: TimelineRecorder) -> Self {
+        self.timeline = timeline;
+        self
+    }
+
+    /// Applies `update` to `cluster`'s `resource` latches; records the instant it was the
+    /// one that completed them.
+    fn complete(
+        &mut self,
+        cluster: &Arc<str>,
+        incarnation: u64,
+        resource: Resource,
+        update: impl FnOnce(&mut SyncBarrier),
+    ) {
+        let before = self.barrier.resource_synced(cluster, incarnation, resource);
+        update(&mut self.barrier);
+        if !before && self.barrier.resource_synced(cluster, incarnation, resource) {
+            self.timeline.record(Step::ListDone {
+                cluster: Arc::clone(cluster),
+                resource,
+            });
+        }
     }
 }
 
@@ -76,15 +106,17 @@ impl Handler<BarrierUpdate> for SyncBarrierActor {
                 cluster,
                 incarnation,
                 resource,
-            } => self.barrier.delivered(&cluster, incarnation, resource),
+            } => self.complete(&cluster, incarnation, resource, |barrier| {
+                barrier.delivered(&cluster, incarnation, resource);
+            }),
             BarrierUpdate::Applied {
                 cluster,
                 incarnation,
                 resource,
                 consumer,
-            } => self
-                .barrier
-                .applied(&cluster, incarnation, resource, consumer),
+            } => self.complete(&cluster, incarnation, resource, |barrier| {
+                barrier.applied(&cluster, incarnation, resource, consumer);
+            }),
         }
     }
 }

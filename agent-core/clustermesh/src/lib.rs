@@ -9,6 +9,8 @@
 //! - [`identity_cache`]: remote identities with Cilium's on-sync semantics, with its actor
 //!   [`identity_actor`].
 //! - [`status`]: what each remote cluster reports, in the API's shape by [`status_api`].
+//! - [`timeline`]: when each step of the agent's current start happened, in the API's shape
+//!   by [`timeline_api`].
 
 pub mod barrier;
 pub mod barrier_actor;
@@ -23,6 +25,8 @@ pub mod metrics;
 pub mod remote_cluster;
 pub mod status;
 pub mod status_api;
+pub mod timeline;
+pub mod timeline_api;
 
 pub use barrier::{ClusterWait, Consumer, MeshWait, SyncBarrier, WaitError, WaitOutcome};
 pub use meshwork_types::{Resource, SyncKind};

@@ -25,6 +25,10 @@ pub struct ClusterStatus {
     pub last_failure: Option<SystemTime>,
     /// The error that keeps the cluster from being ready now, if any.
     pub last_error: Option<String>,
+    /// When the remote last wrote its heartbeat, as far as the agent has seen.
+    pub last_heartbeat: Option<SystemTime>,
+    /// Read from a kvstoremesh cache.
+    pub cached: bool,
     /// Whether each store has listed its prefix in the current connection (Cilium's
     /// "synced" column).
     pub listed: ListedFlags,

@@ -1,6 +1,8 @@
 //! The remote clusters' status in the API's shape (`meshwork.agent.v1.ClusterMeshStatus`),
 //! which the agent and kvstoremesh both serve.
 
+use std::time::SystemTime;
+
 use meshwork_proto::agent::v1 as pb;
 
 use crate::status::ClusterStatus;
@@ -12,6 +14,8 @@ pub fn mesh_status(statuses: &[ClusterStatus]) -> pb::ClusterMeshStatus {
         ready: u32::try_from(clusters.iter().filter(|c| c.ready).count()).unwrap_or(u32::MAX),
         total: u32::try_from(clusters.len()).unwrap_or(u32::MAX),
         clusters,
+        // The server fills in its own directory.
+        config_dir: String::new(),
     }
 }
 
@@ -45,5 +49,10 @@ pub fn cluster_status(s: &ClusterStatus) -> pb::RemoteClusterStatus {
             .map(|t| humantime::format_rfc3339_seconds(t).to_string()),
         last_error: s.last_error.clone(),
         endpoints: s.etcd_endpoints.clone(),
+        heartbeat_age_ms: s.last_heartbeat.map(|at| {
+            let age = SystemTime::now().duration_since(at).unwrap_or_default();
+            u64::try_from(age.as_millis()).unwrap_or(u64::MAX)
+        }),
+        cached: s.cached,
     }
 }

@@ -24,6 +24,13 @@ pub struct PrefixLabels {
     pub prefix: String,
 }
 
+/// Labels of `kvstore_quorum_errors_total`, as Cilium's.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QuorumErrorLabels {
+    /// What failed, e.g. `no event received` (a stale heartbeat).
+    pub error: String,
+}
+
 /// Handles to the kvstore metrics; clones share the same series.
 #[derive(Clone, Debug, Default)]
 pub struct KvstoreMetrics {
@@ -31,6 +38,8 @@ pub struct KvstoreMetrics {
     pub initial_sync_completed: Family<SyncLabels, Gauge>,
     /// Entries dropped because they did not decode or validate.
     pub decode_errors: Family<PrefixLabels, Counter>,
+    /// Quorum errors of remote connections (each stale heartbeat check counts one).
+    pub quorum_errors: Family<QuorumErrorLabels, Counter>,
 }
 
 impl KvstoreMetrics {
@@ -46,6 +55,11 @@ impl KvstoreMetrics {
             "kvstore_decode_errors",
             "Number of kvstore entries dropped because they failed to decode or validate",
             metrics.decode_errors.clone(),
+        );
+        registry.register(
+            "kvstore_quorum_errors",
+            "Number of quorum errors of remote kvstore connections",
+            metrics.quorum_errors.clone(),
         );
         metrics
     }

@@ -10,15 +10,16 @@ use std::time::Duration;
 use crate::{EtcdBackend, EtcdConfig, KvstoreError};
 
 /// What a remote cluster's stores watch, each root served by one etcd watch: a remote asks
-/// for six watches (four stores, its canaries, its config), 1,500 for 250 remotes behind
-/// kvstoremesh. Narrower than `cilium/`, so that what else the etcd holds (a remote's own
+/// for seven watches (four stores, its canaries, its config, the heartbeat), 1,750 for 250
+/// remotes behind kvstoremesh. Narrower than `cilium/`, so that what else the etcd holds (a remote's own
 /// kvstoremesh cache, the local cluster's state next to the cache) is not streamed for
 /// nothing.
-pub const SHARED_WATCH_ROOTS: [&str; 4] = [
+pub const SHARED_WATCH_ROOTS: [&str; 5] = [
     "cilium/state/",
     "cilium/cache/",
     "cilium/synced/",
     "cilium/cluster-config/",
+    meshwork_types::keys::HEARTBEAT_KEY,
 ];
 
 /// A connected client and the number that tells it from the one it replaced.

@@ -16,6 +16,9 @@ pub const IPCACHE_DEFAULT_PREFIX: &str = "cilium/state/ip/v1/default";
 pub const CLUSTER_CONFIG_PREFIX: &str = "cilium/cluster-config";
 /// Present when every remote must publish a cluster config.
 pub const HAS_CLUSTER_CONFIG_KEY: &str = "cilium/.has-cluster-config";
+/// The time a cluster's apiserver writes every minute (RFC 3339, under a lease); readers
+/// take a stale one for lost quorum (contract §8).
+pub const HEARTBEAT_KEY: &str = "cilium/.heartbeat";
 /// Sync canaries: `cilium/synced/<cluster>/<prefix>`.
 pub const SYNCED_PREFIX: &str = "cilium/synced";
 /// Where kvstoremesh-style (`cached`) remotes keep data: `cilium/cache/<type>/v1/<cluster>/…`.

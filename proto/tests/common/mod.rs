@@ -28,8 +28,16 @@ impl Agent for FakeAgent {
                     last_error: None,
                     ..Default::default()
                 }],
+                ..Default::default()
             }),
         }))
+    }
+
+    async fn timeline(
+        &self,
+        _: Request<meshwork_proto::agent::v1::TimelineRequest>,
+    ) -> Result<Response<meshwork_proto::agent::v1::TimelineResponse>, Status> {
+        Err(Status::unimplemented("not part of this test"))
     }
 
     async fn wait_synced(

@@ -240,18 +240,19 @@ fn additions_do_not_break() {
     let old = agent_api();
     let mut new = old.clone();
     let mut extra = new.messages[STATUS].fields[&2].clone();
-    extra.name = "heartbeat_age_ms".to_owned();
-    extra.json_name = "heartbeatAgeMs".to_owned();
+    // A number and a name no version has used.
+    extra.name = "added_later".to_owned();
+    extra.json_name = "addedLater".to_owned();
     new.messages
         .get_mut(STATUS)
         .expect("message")
         .fields
-        .insert(12, extra);
+        .insert(999, extra);
     let status = new.services[AGENT]["Status"].clone();
     new.services
         .get_mut(AGENT)
         .expect("service")
-        .insert("Timeline".to_owned(), status);
+        .insert("AddedLater".to_owned(), status);
     let changes = compare(&old, &new);
     assert!(changes.breaking.is_empty(), "{:?}", changes.breaking);
     assert_eq!(changes.additions.len(), 2, "{:?}", changes.additions);

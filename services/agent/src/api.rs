@@ -1,11 +1,14 @@
 //! The local API (`meshwork.agent.v1.Agent`) on the agent's unix socket.
 
+use std::path::Path;
 use std::time::Duration;
 
 use actix::Addr;
 use meshwork_clustermesh::barrier_actor::{GetMeshWait, SyncBarrierActor};
 use meshwork_clustermesh::mesh::{ClusterMesh, GetMeshStatus};
 use meshwork_clustermesh::status_api::mesh_status;
+use meshwork_clustermesh::timeline::TimelineRecorder;
+use meshwork_clustermesh::timeline_api::timeline_response;
 use meshwork_clustermesh::{SyncKind, WaitError, WaitOutcome};
 use meshwork_proto::agent::v1 as pb;
 use tonic::{Request, Response, Status};
@@ -23,6 +26,25 @@ pub struct LocalApi {
     pub datapath: Option<Datapath>,
     /// The publishing to the apiserver, with `--apiserver-addr`.
     pub publisher: Option<Publisher>,
+    /// The restart timeline.
+    pub timeline: TimelineRecorder,
+    /// The clustermesh config directory as the status reports it (see
+    /// [`LocalApi::config_dir_of`]).
+    pub config_dir: String,
+}
+
+impl LocalApi {
+    /// `--clustermesh-config` as the status reports it: absolute, since meshctl may run
+    /// elsewhere than the agent's working directory; empty without one.
+    pub fn config_dir_of(dir: Option<&Path>) -> String {
+        dir.map(|dir| {
+            std::path::absolute(dir)
+                .unwrap_or_else(|_| dir.to_owned())
+                .to_string_lossy()
+                .into_owned()
+        })
+        .unwrap_or_default()
+    }
 }
 
 #[tonic::async_trait]
@@ -40,11 +62,24 @@ impl pb::agent_server::Agent for LocalApi {
             Some(datapath) => Some(datapath.status().await),
             None => None,
         };
+        let mut clustermesh = mesh_status(&statuses);
+        clustermesh.config_dir.clone_from(&self.config_dir);
         Ok(Response::new(pb::StatusResponse {
-            clustermesh: Some(mesh_status(&statuses)),
+            clustermesh: Some(clustermesh),
             datapath,
             apiserver: self.publisher.as_ref().map(Publisher::status),
         }))
+    }
+
+    async fn timeline(
+        &self,
+        _: Request<pb::TimelineRequest>,
+    ) -> Result<Response<pb::TimelineResponse>, Status> {
+        let timeline = self
+            .timeline
+            .snapshot()
+            .ok_or_else(|| Status::unavailable("the agent keeps no timeline"))?;
+        Ok(Response::new(timeline_response(&timeline)))
     }
 
     async fn wait_synced(

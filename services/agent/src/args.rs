@@ -98,6 +98,10 @@ pub struct Args {
     /// WireGuard.
     #[command(flatten)]
     pub wireguard: crate::wireguard::WireguardArgs,
+
+    /// The remotes' heartbeat.
+    #[command(flatten)]
+    pub heartbeat: meshwork_clustermesh::remote_cluster::heartbeat::HeartbeatArgs,
 }
 
 impl Args {

@@ -36,6 +36,7 @@ use meshwork_clustermesh::identity_actor::IdentityCacheActor;
 use meshwork_clustermesh::mesh::{ClusterMesh, ShutdownMesh, refresh_metrics};
 use meshwork_clustermesh::metrics::MeshMetrics;
 use meshwork_clustermesh::remote_cluster::runner::MeshSettings;
+use meshwork_clustermesh::timeline::{TimelineRecorder, Waiter};
 use meshwork_clustermesh::{Consumer, SyncKind, WaitError, WaitOutcome};
 use meshwork_datapath::endpoint::EndpointStore;
 use meshwork_http::{BindError, MetricsServer, Refresh};
@@ -115,6 +116,7 @@ impl AgentBuilder {
     pub fn new(args: Args) -> Self {
         let mut settings = MeshSettings::new(args.cluster_name.clone());
         settings.max_connected_clusters = args.max_connected_clusters;
+        settings.heartbeat = args.heartbeat.settings();
         Self {
             args,
             settings,
@@ -139,9 +141,12 @@ impl AgentBuilder {
     pub async fn start(self) -> Result<Agent, StartError> {
         let Self {
             args,
-            settings,
+            mut settings,
             observers,
         } = self;
+        // Offset 0 of the restart timeline.
+        let timeline = TimelineRecorder::start();
+        settings.timeline = timeline.clone();
         args.validate()?;
         let listeners = Listeners::bind(&args).await?;
         // Read once, synchronously, before anything waits.
@@ -154,7 +159,7 @@ impl AgentBuilder {
         };
         let mut registry = Registry::with_prefix("meshwork");
         let devices = Devices::open(&args, &mut registry)?;
-        let consumers = devices.start(&args);
+        let consumers = devices.start(&args, timeline);
         let mesh = consumers.start_mesh(&args, settings, observers, &mut registry);
         let (mesh, known) = mesh.load(initial).await?;
         let armed = mesh.arm(&args, &known);
@@ -255,8 +260,8 @@ impl Devices {
     }
 
     /// The barrier, with every consumer that will acknowledge registered, and the
-    /// consumers' actors.
-    pub fn start(self, args: &Args) -> Consumers {
+    /// consumers' actors; the start's steps are recorded on `timeline`.
+    pub fn start(self, args: &Args, timeline: TimelineRecorder) -> Consumers {
         let mut barrier =
             SyncBarrier::new(args.clustermesh_sync_timeout).with_consumer(Consumer::Identities);
         if self.datapath.is_some() {
@@ -265,7 +270,9 @@ impl Devices {
         if self.wireguard.is_some() {
             barrier = barrier.with_consumer(Consumer::WireGuard);
         }
-        let barrier = SyncBarrierActor::new(barrier).start();
+        let barrier = SyncBarrierActor::new(barrier)
+            .with_timeline(timeline.clone())
+            .start();
         let acks = barrier.clone().recipient();
         let mut datapath = self.datapath.map(|maps| maps.start(acks.clone()));
         if let Some(datapath) = &mut datapath {
@@ -277,6 +284,7 @@ impl Devices {
             wireguard: self.wireguard.map(|device| device.start(acks)),
             barrier,
             publisher: self.publisher,
+            timeline,
         }
     }
 }
@@ -288,6 +296,7 @@ pub struct Consumers {
     datapath: Option<Datapath>,
     wireguard: Option<Addr<WireGuard>>,
     publisher: Option<Publisher>,
+    timeline: TimelineRecorder,
 }
 
 impl Consumers {
@@ -317,6 +326,7 @@ impl Consumers {
             mesh,
             mesh_metrics,
             watcher: None,
+            config_dir: args.clustermesh_config.clone(),
         }
     }
 }
@@ -327,6 +337,8 @@ pub struct Mesh {
     mesh: Addr<ClusterMesh>,
     mesh_metrics: Arc<MeshMetrics>,
     watcher: Option<Addr<ConfigDirWatcher>>,
+    /// `--clustermesh-config`, for the status API.
+    config_dir: Option<PathBuf>,
 }
 
 /// Proof that the barrier knows every configured cluster: what waits on it needs this.
@@ -360,11 +372,15 @@ impl Mesh {
             let settings = EndpointSettings {
                 ip_identities_sync_timeout: args.clustermesh_ip_identities_sync_timeout,
                 enable_ipsec: args.enable_ipsec,
+                timeline: self.consumers.timeline.clone(),
             };
             datapath.start_endpoints(settings, &args.state_dir, &waits, known);
         }
         if let Some(wireguard) = &self.consumers.wireguard {
-            wireguard.do_send(ArmGc(waits));
+            wireguard.do_send(ArmGc {
+                barrier: waits,
+                timeline: self.consumers.timeline.clone(),
+            });
         }
         Armed(self)
     }
@@ -382,6 +398,7 @@ impl Armed {
             mesh,
             mesh_metrics,
             watcher,
+            config_dir,
         } = self.0;
         let shutdown = CancellationToken::new();
         let mut servers = Vec::new();
@@ -393,12 +410,15 @@ impl Armed {
         let becoming_ready = tokio::spawn(ready_after_sync(
             consumers.barrier.clone(),
             readiness.clone(),
+            consumers.timeline.clone(),
         ));
         let api = LocalApi {
             mesh: mesh.clone(),
             barrier: consumers.barrier.clone(),
             datapath: consumers.datapath.clone(),
             publisher: consumers.publisher.clone(),
+            timeline: consumers.timeline.clone(),
+            config_dir: LocalApi::config_dir_of(config_dir.as_deref()),
         };
         if let Some(listener) = listeners.api.listener.take() {
             servers.push(serve_api(
@@ -432,12 +452,18 @@ impl Armed {
 
 /// Reports the agent ready once the start-up wait for every kind has returned, as
 /// `meshctl status --wait` sees it: synced, or the breaker fired.
-async fn ready_after_sync(barrier: Addr<SyncBarrierActor>, readiness: Readiness) {
+async fn ready_after_sync(
+    barrier: Addr<SyncBarrierActor>,
+    readiness: Readiness,
+    timeline: TimelineRecorder,
+) {
     for kind in [SyncKind::Nodes, SyncKind::Services, SyncKind::IpIdentities] {
         let Ok(wait) = barrier.send(GetMeshWait::all(kind)).await else {
             return;
         };
-        if let Err(err) = wait.wait(None).await {
+        let outcome = wait.wait(None).await;
+        timeline.wait_returned(Waiter::Readiness, kind, &outcome);
+        if let Err(err) = outcome {
             tracing::warn!(%err, "the start-up sync wait failed; the agent stays NOT_SERVING");
             return;
         }

@@ -119,7 +119,9 @@ async fn a_kvstoremesh_sigkill_and_restart_shows_the_agent_only_the_remotes_chan
     let remote = connect(&server).await;
     load(&remote, &c1).await.unwrap();
     meshwork_lab::agent::write_cluster_config(dir.path(), "c1", &server.endpoint()).unwrap();
-    let options = kvstoremesh(&local, dir.path(), logs.path());
+    let options = kvstoremesh(&local, dir.path(), logs.path())
+        .with_metrics()
+        .unwrap();
     let mut first = KvstoremeshProcess::start(&options, 1).unwrap();
 
     let mesh = Mesh::start("local", 9, Duration::from_secs(60)).await;
@@ -136,6 +138,16 @@ async fn a_kvstoremesh_sigkill_and_restart_shows_the_agent_only_the_remotes_chan
     };
     mesh.contribution_until("c1", before).await;
     let seen_before = mesh.events().await.len();
+    let port = options.metrics_port.unwrap();
+    let metrics = tokio::task::spawn_blocking(move || meshwork_lab::prometheus::scrape(port))
+        .await
+        .unwrap()
+        .expect("kvstoremesh serves /metrics");
+    assert!(
+        metrics.contains("meshwork_kvstoremesh_remote_clusters"),
+        "{metrics}"
+    );
+    meshwork_lab::prometheus::assert_promtool_clean(&metrics);
 
     // While kvstoremesh is dead the remote loses a node and gains a node and an entry.
     first.process().kill();

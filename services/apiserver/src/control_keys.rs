@@ -10,7 +10,7 @@ use meshwork_types::keys::{
 use meshwork_types::{ClusterConfig, ClusterConfigCapabilities};
 
 /// Written every minute under a lease; readers count a quorum error after two without one.
-pub const HEARTBEAT_KEY: &str = "cilium/.heartbeat";
+pub use meshwork_types::keys::HEARTBEAT_KEY;
 
 /// The prefixes a canary is written for, once the initial state of all of them is written.
 pub const CANARY_PREFIXES: [&str; 4] = [

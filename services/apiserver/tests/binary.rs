@@ -267,6 +267,12 @@ async fn publish_restart_gone_agents_bad_input_and_sigterm() {
         metrics.contains("meshwork_apiserver_refused_requests_total{reason=\"oversized\"} 1"),
         "{metrics}"
     );
+    let port = apiserver.metrics;
+    let body = tokio::task::spawn_blocking(move || meshwork_lab::prometheus::scrape(port))
+        .await
+        .unwrap()
+        .expect("the apiserver serves /metrics");
+    meshwork_lab::prometheus::assert_promtool_clean(&body);
     let events = events_since(&backend, before + 1).await;
     let written: Vec<_> = events
         .iter()

@@ -17,6 +17,8 @@ pub struct StatusApi {
     pub(crate) ready: watch::Receiver<bool>,
     pub(crate) metrics: CacheMetrics,
     pub(crate) local_endpoints: String,
+    /// `--clustermesh-config`, absolute.
+    pub(crate) config_dir: String,
 }
 
 impl StatusApi {
@@ -37,8 +39,10 @@ impl pb::kvstore_mesh_server::KvstoreMesh for StatusApi {
             .send(GetMeshStatus)
             .await
             .map_err(|_| Status::unavailable("kvstoremesh is shutting down"))?;
+        let mut clustermesh = mesh_status(&statuses);
+        clustermesh.config_dir.clone_from(&self.config_dir);
         Ok(Response::new(pb::StatusResponse {
-            clustermesh: Some(mesh_status(&statuses)),
+            clustermesh: Some(clustermesh),
             cache: Some(pb::CacheStatus {
                 ready: *self.ready.borrow(),
                 cached_keys: u64::try_from(self.metrics.cached_keys.get()).unwrap_or(0),

@@ -17,6 +17,7 @@ use actix::{Actor, Addr};
 use meshwork_clustermesh::config_dir::{ConfigDirError, ConfigDirWatcher, StopWatching};
 use meshwork_clustermesh::mesh::{ClusterMesh, GetMeshStatus, ShutdownMesh};
 use meshwork_clustermesh::metrics::MeshMetrics;
+use meshwork_clustermesh::remote_cluster::heartbeat::HeartbeatSettings;
 use meshwork_clustermesh::remote_cluster::runner::MeshSettings;
 use meshwork_clustermesh::status::ClusterStatus;
 use meshwork_kvstore::{EtcdBackend, KvstoreError};
@@ -51,6 +52,8 @@ pub struct Settings {
     pub global_ready_timeout: Duration,
     /// Between deleting a removed remote's config and its entries (`--cache-removal-grace`).
     pub removal_grace: Duration,
+    /// When a remote's heartbeat is stale, and how many stale checks reconnect.
+    pub heartbeat: HeartbeatSettings,
 }
 
 impl Settings {
@@ -69,6 +72,7 @@ impl Settings {
             per_cluster_ready_timeout: Duration::from_secs(15),
             global_ready_timeout: Duration::from_secs(10 * 60),
             removal_grace: Duration::from_secs(3 * 60),
+            heartbeat: HeartbeatSettings::default(),
         }
     }
 }
@@ -96,6 +100,8 @@ pub struct KvstoreMesh {
     ready: watch::Receiver<bool>,
     stop_writer: CancellationToken,
     writer: JoinHandle<()>,
+    /// `--clustermesh-config`, for the status API.
+    config_dir: PathBuf,
 }
 
 impl KvstoreMesh {
@@ -144,6 +150,7 @@ impl KvstoreMesh {
 
         let mesh_settings = MeshSettings {
             max_connected_clusters: settings.max_connected_clusters,
+            heartbeat: settings.heartbeat,
             ..MeshSettings::new(&settings.cluster_name)
         };
         let sinks = CacheSinks {
@@ -176,6 +183,7 @@ impl KvstoreMesh {
             ready,
             stop_writer,
             writer,
+            config_dir: settings.config_dir,
         })
     }
 
@@ -201,6 +209,11 @@ impl KvstoreMesh {
             ready: self.ready.clone(),
             metrics: self.metrics.clone(),
             local_endpoints: local_endpoints.into(),
+            // Absolute: meshctl may run elsewhere than kvstoremesh's working directory.
+            config_dir: std::path::absolute(&self.config_dir)
+                .unwrap_or_else(|_| self.config_dir.clone())
+                .to_string_lossy()
+                .into_owned(),
         }
     }
 

@@ -16,8 +16,9 @@ pub const DEFAULT_SOCKET: &str = "/var/run/meshwork/agent.sock";
     long_about = "Inspect a running Meshwork agent through its local API (a unix socket, the \
                   agent's --api-socket).",
     after_help = "Exit status: 0 ok; 1 `status --wait` timed out before every remote cluster was \
-                  ready, or `health` found the server NOT_SERVING; 2 usage error; 3 the agent \
-                  could not be reached or answered with an error."
+                  ready, `health` found the server NOT_SERVING, or `troubleshoot clustermesh` \
+                  found a failing check; 2 usage error; 3 the agent could not be reached or \
+                  answered with an error (or the clustermesh config directory could not be read)."
 )]
 pub struct Cli {
     /// The agent's API socket (the agent's --api-socket).
@@ -42,7 +43,8 @@ pub struct Cli {
     pub apiserver: Option<String>,
 
     /// kvstoremesh's status API (HOST:PORT, its --api-serve-addr, default 127.0.0.1:9889):
-    /// `status` then shows the remote clusters kvstoremesh caches instead of the agent's.
+    /// `status` then shows the remote clusters kvstoremesh caches instead of the agent's,
+    /// and `troubleshoot clustermesh` checks those of kvstoremesh's config directory.
     #[arg(
         long,
         global = true,
@@ -93,6 +95,75 @@ pub enum Command {
     /// Manage the nodes the apiserver publishes (with --apiserver).
     #[command(subcommand)]
     Node(NodeCommand),
+    /// Find out why a remote cluster does not connect.
+    #[command(subcommand)]
+    Troubleshoot(TroubleshootCommand),
+    /// When each step of the agent's current start happened: the start, each remote
+    /// connected, each remote's first lists, each sync wait returned (synced or breaker),
+    /// each endpoint regenerated, WireGuard GC and prune passes; as a table, --json, or
+    /// drawn with --svg FILE / --png FILE.
+    Timeline(crate::timeline::TimelineArgs),
+}
+
+/// `meshctl troubleshoot …`.
+#[derive(Debug, Subcommand)]
+pub enum TroubleshootCommand {
+    /// Check, step by step, the connection to each remote cluster's etcd, as Cilium's
+    /// `cilium-dbg troubleshoot clustermesh` does.
+    ///
+    /// For each remote cluster, in order: its config file parses (the agent's own parser);
+    /// for each endpoint, its URL, DNS (names only), a TCP connection, the TLS handshake
+    /// (with the CAs the server accepts when the client certificate matches none; the TLS
+    /// version and cipher suite), the server's certificate (names the endpoint, valid), and
+    /// a raw GET /version (etcd's version; a TLS 1.3 client-certificate refusal shows only
+    /// here); the certificates of trusted-ca-file and cert-file (serial, subject, issuer,
+    /// validity; expired or not yet valid fails, expiring within 30 days warns); then an etcd
+    /// client as the agent's (1 s dial) reading cilium/.heartbeat (authorization), the etcd
+    /// cluster ID and version, the heartbeat's age (over 2 minutes warns) and the remote's
+    /// cilium/cluster-config/<name> (present, valid, compatible with
+    /// --max-connected-clusters).
+    ///
+    /// The clusters are those of the agent's clustermesh config directory, which the agent
+    /// reports (with --kvstoremesh, kvstoremesh's), or every file of --clustermesh-config
+    /// DIR without asking anyone. Run it where the agent runs: it reads the same files.
+    Clustermesh(ClustermeshArgs),
+}
+
+/// `meshctl troubleshoot clustermesh`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "One line per check: ✔ passed, ⚠ warning, ✖ failed (with the reason and a \
+                  hint). A check that needs an earlier one that failed is not run. Exit \
+                  status: 0 when nothing failed (warnings included), 1 when a check failed, \
+                  3 when the agent, kvstoremesh or the directory could not be read."
+)]
+pub struct ClustermeshArgs {
+    /// Remote clusters to check (default: every one configured).
+    #[arg(value_name = "CLUSTER")]
+    pub clusters: Vec<String>,
+
+    /// Read this clustermesh config directory instead of asking the agent (or kvstoremesh)
+    /// for its own.
+    #[arg(long, value_name = "DIR")]
+    pub clustermesh_config: Option<PathBuf>,
+
+    /// How long the checks of one cluster may take (clusters are checked at once).
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "5s",
+        value_parser = humantime::parse_duration
+    )]
+    pub timeout: Duration,
+
+    /// Our --max-connected-clusters (255 or 511), which a remote's cluster config must be
+    /// compatible with.
+    #[arg(long, value_name = "N", default_value_t = 255)]
+    pub max_connected_clusters: u32,
+
+    /// Print the report as one line of JSON instead of the human view.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `meshctl service …`.
@@ -302,5 +373,34 @@ mod tests {
 
         assert!(Cli::try_parse_from(["meshctl", "status", "--timeout", "2m"]).is_err());
         assert!(Cli::try_parse_from(["meshctl", "status", "--wait", "--timeout", "soon"]).is_err());
+    }
+
+    #[test]
+    fn troubleshoot_defaults_to_every_cluster_within_five_seconds() {
+        let troubleshoot = |args: &[&str]| {
+            let cli = Cli::try_parse_from(args).unwrap();
+            let Command::Troubleshoot(TroubleshootCommand::Clustermesh(args)) = cli.command else {
+                panic!("troubleshoot clustermesh expected")
+            };
+            args
+        };
+        let args = troubleshoot(&["meshctl", "troubleshoot", "clustermesh"]);
+        assert!(args.clusters.is_empty() && !args.json);
+        assert_eq!(args.timeout, Duration::from_secs(5));
+        assert_eq!(args.max_connected_clusters, 255);
+        let args = troubleshoot(&[
+            "meshctl",
+            "troubleshoot",
+            "clustermesh",
+            "c1",
+            "c2",
+            "--timeout",
+            "2s",
+            "--clustermesh-config",
+            "/etc/cm",
+        ]);
+        assert_eq!(args.clusters, ["c1", "c2"]);
+        assert_eq!(args.timeout, Duration::from_secs(2));
+        assert_eq!(args.clustermesh_config, Some(PathBuf::from("/etc/cm")));
     }
 }

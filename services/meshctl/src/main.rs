@@ -9,12 +9,14 @@ mod health;
 mod kvstoremesh;
 mod services;
 mod status;
+mod timeline;
+mod troubleshoot;
 
 use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::cli::{BpfCommand, Cli, Command, EndpointCommand, IpcacheCommand};
+use crate::cli::{BpfCommand, Cli, Command, EndpointCommand, IpcacheCommand, TroubleshootCommand};
 use crate::client::Agent;
 
 /// Exit status when the agent could not be reached or answered with an error (clap uses 2
@@ -42,6 +44,10 @@ async fn main() -> ExitCode {
         Command::Health(args) => health::run(&cli.socket, &args).await,
         Command::Service(command) => services::service(cli.apiserver.as_deref(), &command).await,
         Command::Node(command) => services::node(cli.apiserver.as_deref(), &command).await,
+        Command::Troubleshoot(TroubleshootCommand::Clustermesh(args)) => {
+            troubleshoot::clustermesh(&cli.socket, cli.kvstoremesh.as_deref(), &args).await
+        }
+        Command::Timeline(args) => timeline::run(&cli.socket, &args).await,
     };
     result.unwrap_or_else(|err| {
         eprintln!("meshctl: {err:#}");

@@ -48,6 +48,8 @@ fn cluster(name: &str, id: u32, ready: bool) -> RemoteClusterStatus {
         last_failure: (!ready).then(|| "2026-11-29T10:00:00Z".into()),
         last_error: (!ready).then(|| "etcd: connection refused".into()),
         endpoints: "http://127.0.0.1:2379".into(),
+        heartbeat_age_ms: Some(12_000),
+        cached: false,
     }
 }
 
@@ -62,12 +64,20 @@ impl Agent for FakeAgent {
             clustermesh: Some(ClusterMeshStatus {
                 ready: 1 + u32::from(b_ready),
                 total: 2,
+                config_dir: String::new(),
                 clusters: vec![
                     cluster("cluster-a", 2, true),
                     cluster("cluster-b", 3, b_ready),
                 ],
             }),
         }))
+    }
+
+    async fn timeline(
+        &self,
+        _: Request<meshwork_proto::agent::v1::TimelineRequest>,
+    ) -> Result<Response<meshwork_proto::agent::v1::TimelineResponse>, Status> {
+        Err(Status::unimplemented("not part of this test"))
     }
 
     async fn wait_synced(

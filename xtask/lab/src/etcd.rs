@@ -4,11 +4,13 @@
 //! [`EtcdServer::restart`] keep the data and ports, so tests can take a remote cluster away
 //! and bring it back. The TLS variant makes a CA, a server certificate (SAN `IP:127.0.0.1`)
 //! and one client certificate per etcd user with `openssl`; with client-cert auth the
-//! certificate's CN is the etcd user, as in Cilium's remote-user model.
+//! certificate's CN is the etcd user, as in Cilium's remote-user model. The CA lives ten
+//! years and the other certificates one, as real ones do, so that only a certificate a test
+//! makes short-lived ([`EtcdTls::issue_client_valid`]) looks close to expiry.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tempfile::TempDir;
 
@@ -414,6 +416,17 @@ impl EtcdTls {
     /// A new CA in `dir`, with a server certificate for 127.0.0.1 and localhost
     /// ([`EtcdTls::server`]) and root's client certificate: TLS material for any lab server.
     pub fn create(dir: &Path) -> Result<Self> {
+        Self::create_named(dir, "meshwork-lab-ca")
+    }
+
+    /// TLS material of another CA, named apart as two real CAs are: its CA is a wrong
+    /// `trusted-ca-file` for any other lab server, its client certificates ones that no
+    /// other lab server accepts.
+    pub fn foreign(dir: &Path) -> Result<Self> {
+        Self::create_named(dir, "meshwork-lab-foreign-ca")
+    }
+
+    fn create_named(dir: &Path, ca_name: &str) -> Result<Self> {
         paths::find_program("openssl")?;
         std::fs::create_dir_all(dir).map_err(LabError::io("creating the TLS dir"))?;
         let tls = Self {
@@ -429,9 +442,9 @@ impl EtcdTls {
             "ec_paramgen_curve:prime256v1",
             "-nodes",
             "-days",
-            "2",
+            "3650",
             "-subj",
-            "/CN=meshwork-lab-ca",
+            &format!("/CN={ca_name}"),
             "-addext",
             "basicConstraints=critical,CA:TRUE",
             "-addext",
@@ -477,16 +490,99 @@ impl EtcdTls {
         Ok(self.client(user))
     }
 
+    /// Issues a client certificate with CN = `user`, signed by this CA and valid from
+    /// `not_before` to `not_after` (whole seconds, UTC): an expired one, or one about to
+    /// expire. Its files are apart from [`EtcdTls::client`]'s.
+    pub fn issue_client_valid(
+        &self,
+        user: &str,
+        not_before: SystemTime,
+        not_after: SystemTime,
+    ) -> Result<ClientCert> {
+        let (from, until) = (asn1_time(not_before), asn1_time(not_after));
+        let file = format!("client-{user}-{from}-{until}");
+        self.request(&file, user, "extendedKeyUsage=clientAuth")?;
+        // openssl 3.0's `x509 -req` only counts days from now; `ca` takes both dates, and
+        // needs a database and a config naming it.
+        let db = self.dir.join("ca-db");
+        std::fs::create_dir_all(&db).map_err(LabError::io("creating the CA database"))?;
+        let index = db.join("index.txt");
+        if !index.exists() {
+            std::fs::write(&index, "").map_err(LabError::io("creating the CA index"))?;
+        }
+        let config = db.join("ca.cnf");
+        let db_path = path_str(&db);
+        std::fs::write(
+            &config,
+            format!(
+                "[ca]\ndefault_ca = lab\n[lab]\ndatabase = {db_path}/index.txt\n\
+                 new_certs_dir = {db_path}\nserial = {db_path}/serial\ndefault_md = sha256\n\
+                 policy = any\nunique_subject = no\n[any]\ncommonName = supplied\n"
+            ),
+        )
+        .map_err(LabError::io("writing the CA config"))?;
+        openssl(&[
+            "ca",
+            "-batch",
+            "-config",
+            &path_str(&config),
+            "-cert",
+            &path_str(&self.ca_file),
+            "-keyfile",
+            &path_str(&self.dir.join("ca.key")),
+            "-in",
+            &path_str(&self.dir.join(format!("{file}.csr"))),
+            "-out",
+            &path_str(&self.dir.join(format!("{file}.crt"))),
+            "-extfile",
+            &path_str(&self.dir.join(format!("{file}.ext"))),
+            "-rand_serial",
+            "-notext",
+            "-startdate",
+            &from,
+            "-enddate",
+            &until,
+        ])?;
+        Ok(ClientCert {
+            cert_file: self.dir.join(format!("{file}.crt")),
+            key_file: self.dir.join(format!("{file}.key")),
+        })
+    }
+
     /// Makes a certificate signed by a different CA: what a client with a wrong CA presents.
     pub fn foreign_ca(dir: &Path) -> Result<PathBuf> {
-        let other = Self::create(dir)?;
-        Ok(other.ca_file)
+        Ok(Self::foreign(dir)?.ca_file)
     }
 
     fn issue(&self, file: &str, common_name: &str, extensions: &str) -> Result<()> {
-        let key = self.dir.join(format!("{file}.key"));
+        self.request(file, common_name, extensions)?;
         let csr = self.dir.join(format!("{file}.csr"));
         let crt = self.dir.join(format!("{file}.crt"));
+        let ext = self.dir.join(format!("{file}.ext"));
+        openssl(&[
+            "x509",
+            "-req",
+            "-days",
+            "365",
+            "-in",
+            &path_str(&csr),
+            "-CA",
+            &path_str(&self.ca_file),
+            "-CAkey",
+            &path_str(&self.dir.join("ca.key")),
+            "-CAcreateserial",
+            "-extfile",
+            &path_str(&ext),
+            "-out",
+            &path_str(&crt),
+        ])?;
+        Ok(())
+    }
+
+    /// A new key and signing request for `common_name`, and the extensions to sign it with.
+    fn request(&self, file: &str, common_name: &str, extensions: &str) -> Result<()> {
+        let key = self.dir.join(format!("{file}.key"));
+        let csr = self.dir.join(format!("{file}.csr"));
         let ext = self.dir.join(format!("{file}.ext"));
         let extensions = format!(
             "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n{extensions}\n"
@@ -505,26 +601,31 @@ impl EtcdTls {
             &path_str(&key),
             "-out",
             &path_str(&csr),
-        ])?;
-        openssl(&[
-            "x509",
-            "-req",
-            "-days",
-            "2",
-            "-in",
-            &path_str(&csr),
-            "-CA",
-            &path_str(&self.ca_file),
-            "-CAkey",
-            &path_str(&self.dir.join("ca.key")),
-            "-CAcreateserial",
-            "-extfile",
-            &path_str(&ext),
-            "-out",
-            &path_str(&crt),
-        ])?;
-        Ok(())
+        ])
     }
+}
+
+/// `time` as openssl's `YYYYMMDDHHMMSSZ` (UTC, whole seconds; times before 1970 as 1970).
+fn asn1_time(time: SystemTime) -> String {
+    let secs = time
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    // Days since 1970-01-01 to a civil date (Howard Hinnant's `civil_from_days`).
+    let z = days + 719_468;
+    let (era, doe) = (z / 146_097, z % 146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    format!(
+        "{year:04}{month:02}{day:02}{:02}{:02}{:02}Z",
+        rest / 3_600,
+        rest % 3_600 / 60,
+        rest % 60
+    )
 }
 
 fn openssl(args: &[&str]) -> Result<()> {
@@ -533,4 +634,21 @@ fn openssl(args: &[&str]) -> Result<()> {
 
 fn path_str(path: &Path) -> String {
     path.to_string_lossy().into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn asn1_times_are_utc_civil_dates() {
+        let at = |secs| asn1_time(SystemTime::UNIX_EPOCH + Duration::from_secs(secs));
+        assert_eq!(at(0), "19700101000000Z");
+        assert_eq!(at(951_782_400), "20000229000000Z");
+        assert_eq!(at(1_800_000_000), "20270115080000Z");
+        assert_eq!(
+            asn1_time(SystemTime::UNIX_EPOCH - Duration::from_secs(1)),
+            "19700101000000Z"
+        );
+    }
 }

@@ -31,6 +31,8 @@ pub struct KvstoremeshOptions {
     pub health_port: u16,
     /// `--api-serve-addr`'s port.
     pub api_port: u16,
+    /// `--prometheus-serve-addr`'s port; none serves no metrics.
+    pub metrics_port: Option<u16>,
     /// More flags, as given.
     pub flags: Vec<String>,
     /// Where the logs go (`kvstoremesh-<n>.log`, one per start).
@@ -39,7 +41,7 @@ pub struct KvstoremeshOptions {
 
 impl KvstoremeshOptions {
     /// kvstoremesh of `cluster`/`cluster_id` caching the remotes of `config_dir` in the etcd
-    /// at `etcd`, on free ports, without a metrics listener.
+    /// at `etcd`, on free ports, without a metrics listener (see [`Self::with_metrics`]).
     pub fn new(
         binary: &Path,
         (cluster, cluster_id): (&str, u32),
@@ -55,6 +57,7 @@ impl KvstoremeshOptions {
             config_dir: config_dir.to_owned(),
             health_port: free_port()?,
             api_port: free_port()?,
+            metrics_port: None,
             flags: Vec::new(),
             log_dir: log_dir.to_owned(),
         })
@@ -69,6 +72,12 @@ impl KvstoremeshOptions {
     {
         self.flags.extend(flags.into_iter().map(Into::into));
         self
+    }
+
+    /// Also serves `/metrics`, on a free port ([`Self::metrics_port`]).
+    pub fn with_metrics(mut self) -> Result<Self> {
+        self.metrics_port = Some(free_port()?);
+        Ok(self)
     }
 
     /// The status API's address (`meshctl --kvstoremesh`).
@@ -90,7 +99,13 @@ impl KvstoremeshOptions {
                 &format!("127.0.0.1:{}", self.health_port),
             ])
             .args(["--api-serve-addr", &self.api_addr()])
-            .args(["--prometheus-serve-addr", ""])
+            .args([
+                "--prometheus-serve-addr",
+                &self
+                    .metrics_port
+                    .map(|port| format!("127.0.0.1:{port}"))
+                    .unwrap_or_default(),
+            ])
             .args(&self.flags)
             .env("NO_COLOR", "1");
         command

@@ -21,6 +21,7 @@ pub mod moto;
 pub mod net;
 pub mod paths;
 pub mod process;
+pub mod prometheus;
 pub mod python_client;
 pub mod ramfs;
 pub mod wait;

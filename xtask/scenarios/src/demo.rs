@@ -135,5 +135,12 @@ async fn proof_step(binaries: &binaries::Binaries) -> anyhow::Result<()> {
         without.drops,
         without.stream.gaps + without.stream.resets,
     );
+    let page = crate::proof::timeline::side_by_side(SceneKind::Mesh)?;
+    println!(
+        "  the restart's timelines (meshctl timeline --svg): {} and {}; side by side: {}",
+        crate::proof::timeline::path(SceneKind::Mesh, true).display(),
+        crate::proof::timeline::path(SceneKind::Mesh, false).display(),
+        page.display()
+    );
     Ok(())
 }

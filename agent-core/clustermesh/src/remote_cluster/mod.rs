@@ -5,6 +5,7 @@
 //! The cluster's lifecycle — when a loop starts, restarts, stops or drains — is decided by
 //! [`crate::mesh_state::MeshState`]; a [`RemoteClusterHandle`] is what carries it out.
 
+pub mod heartbeat;
 pub mod prefixes;
 pub mod runner;
 pub mod stores;
@@ -193,6 +194,8 @@ pub fn status_of(name: &str, etcd_endpoints: &str, state: &ConnectionState) -> C
         failures: state.failures,
         last_failure: state.last_failure,
         last_error: state.last_error.clone(),
+        last_heartbeat: state.last_heartbeat,
+        cached: state.cached,
         listed: state
             .stores
             .as_ref()

@@ -17,12 +17,14 @@ use meshwork_types::{ClusterConfig, ClusterConfigError};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use super::heartbeat::{self, HeartbeatSettings};
 use super::prefixes::ClusterPrefixes;
 use super::stores::{ClusterStores, StoreStatuses};
 use super::{DrainReason, StoreSet};
 use crate::cluster_ids::{ReserveClusterId, ReserveError};
 use crate::config_dir::RemoteClusterConfig;
 use crate::events::ClusterRef;
+use crate::timeline::{Step, TimelineRecorder};
 
 /// Most canaries read along with the cluster config (a remote has one per prefix, five at
 /// most); more than that, and the canary store lists them itself.
@@ -44,6 +46,10 @@ pub struct MeshSettings {
     /// The etcd clients, one per distinct etcd config: remotes read through kvstoremesh
     /// (every one at the local etcd) share one connection.
     pub backends: SharedBackends,
+    /// When a remote's heartbeat is stale and how many stale checks reconnect.
+    pub heartbeat: HeartbeatSettings,
+    /// Where each connection is recorded (the agent's restart timeline; none by default).
+    pub timeline: TimelineRecorder,
 }
 
 impl MeshSettings {
@@ -56,6 +62,8 @@ impl MeshSettings {
             min_retry_delay: Duration::from_secs(1),
             max_retry_delay: Duration::from_secs(30),
             backends: SharedBackends::default(),
+            heartbeat: HeartbeatSettings::default(),
+            timeline: TimelineRecorder::default(),
         }
     }
 }
@@ -79,6 +87,11 @@ pub struct ConnectionState {
     pub last_error: Option<String>,
     /// The current stores' live status (none before the first connection got an ID).
     pub stores: Option<Arc<StoreStatuses>>,
+    /// When the remote last wrote its heartbeat (the time it wrote, or when the write was
+    /// seen if that does not parse); none before one was read.
+    pub last_heartbeat: Option<SystemTime>,
+    /// The remote is read from a kvstoremesh cache (its config says `cached`).
+    pub cached: bool,
 }
 
 /// Why a connection attempt ended.
@@ -105,6 +118,9 @@ pub enum RemoteClusterError {
     /// The mesh is gone (agent shutting down).
     #[error("the cluster mesh stopped")]
     MeshGone,
+    /// The remote's heartbeat went stale too many checks in a row.
+    #[error("{0}")]
+    Quorum(String),
 }
 
 // The cause is in the message: converting does not also make it the error's source, so no
@@ -219,6 +235,7 @@ impl<S: StoreSet> Runner<S> {
         self.state.send_modify(|s| {
             s.cluster_id = config.id;
             s.config_retrieved = s.config_required || config.id != 0;
+            s.cached = config.capabilities.cached;
         });
         if config.id != 0 {
             self.ids
@@ -232,6 +249,8 @@ impl<S: StoreSet> Runner<S> {
         self.state.send_modify(|s| s.last_error = None);
         let stores = self.stores_for(stores, config.id).await;
         stores.connected(&config).await;
+        let cluster = Arc::clone(&self.cluster.name);
+        self.settings.timeline.record(Step::Connected { cluster });
 
         let connection = cancel.child_token();
         let mut manager = if config.capabilities.synced_canaries {
@@ -263,7 +282,8 @@ impl<S: StoreSet> Runner<S> {
         let name = &self.config.name;
         let key = format!("{}/{name}", keys::CLUSTER_CONFIG_PREFIX);
         // One round trip, one read transaction on the server for the marker, the config and
-        // the canaries, at the revision the watchdog and the canary store then watch from:
+        // the canaries (and the heartbeat, for its age), at the revision the watchdog and the
+        // canary store then watch from:
         // etcd 3.4 copies its read buffer into every read transaction, and 250 remotes behind
         // kvstoremesh all read the one local etcd.
         let TxnRead {
@@ -272,11 +292,15 @@ impl<S: StoreSet> Runner<S> {
             revision,
         } = backend
             .get_all_and_list(
-                &[keys::HAS_CLUSTER_CONFIG_KEY, &key],
+                &[keys::HAS_CLUSTER_CONFIG_KEY, &key, keys::HEARTBEAT_KEY],
                 &keys::synced_prefix(name),
                 CANARIES_READ_AHEAD,
             )
             .await?;
+        if let Some(beat) = values.pop().flatten() {
+            let at = heartbeat::written_at(&beat).unwrap_or_else(SystemTime::now);
+            self.state.send_modify(|s| s.last_heartbeat = Some(at));
+        }
         let value = values.pop().flatten();
         let required = values.pop().flatten().is_some();
         self.state.send_modify(|s| s.config_required = required);
@@ -316,8 +340,9 @@ impl<S: StoreSet> Runner<S> {
         stores
     }
 
-    /// The watchdog: follows the cluster config. A change of ID or capabilities restarts the
-    /// connection; a broken watch is a failure.
+    /// The watchdog: follows the cluster config and the heartbeat. A change of ID or
+    /// capabilities restarts the connection; a broken watch or a stale heartbeat is a
+    /// failure.
     async fn watch_config(
         &self,
         backend: &EtcdBackend,
@@ -327,9 +352,21 @@ impl<S: StoreSet> Runner<S> {
     ) -> Result<Ended, RemoteClusterError> {
         let key = format!("{}/{}", keys::CLUSTER_CONFIG_PREFIX, self.config.name);
         let mut watch = backend.watch(&key, revision + 1).await?;
+        let heartbeat = heartbeat::follow(
+            backend,
+            revision + 1,
+            self.settings.heartbeat,
+            heartbeat::Reporting {
+                cluster: &self.config.name,
+                state: &self.state,
+                metrics: &self.metrics,
+            },
+        );
+        tokio::pin!(heartbeat);
         loop {
             let batch = tokio::select! {
                 () = cancel.cancelled() => return Ok(Ended::Cancelled),
+                err = &mut heartbeat => return Err(err),
                 batch = watch.next() => batch?,
             };
             let Some(events) = batch else {

@@ -22,6 +22,7 @@ use actix::{
 use meshwork_clustermesh::Consumer;
 use meshwork_clustermesh::barrier::WaitOutcome;
 use meshwork_clustermesh::barrier_actor::GetMeshWait;
+use meshwork_clustermesh::timeline::{Step, TimelineRecorder, Waiter};
 use meshwork_datapath::endpoint::plan::restore_plan;
 use meshwork_datapath::endpoint::store::StoreError;
 use meshwork_datapath::endpoint::{EndpointSpec, EndpointStatus, EndpointStore, Endpoints, Job};
@@ -46,6 +47,8 @@ pub struct EndpointSettings {
     pub ip_identities_sync_timeout: Duration,
     /// `--enable-ipsec`.
     pub enable_ipsec: bool,
+    /// Where the wait and each regeneration are recorded (the restart timeline).
+    pub timeline: TimelineRecorder,
 }
 
 /// Why an endpoint request failed.
@@ -121,12 +124,23 @@ impl EndpointManager {
             match done {
                 Ok((job, outcome)) => {
                     actor.endpoints.finished(&job, &outcome);
+                    actor.record(&job, &outcome);
                     actor.reply(&job, outcome.map_err(EndpointError::from));
                 }
                 Err(err) => tracing::error!(%err, "an endpoint job panicked"),
             }
             actor.run_next(ctx);
         }));
+    }
+
+    /// Puts a finished regeneration on the timeline.
+    fn record(&self, job: &Job, outcome: &Result<(), ProgramError>) {
+        if let Job::Regenerate { spec, .. } = job {
+            self.settings.timeline.record(Step::EndpointRegenerated {
+                endpoint: spec.id,
+                error: outcome.as_ref().err().map(ToString::to_string),
+            });
+        }
     }
 
     /// Answers whoever waits for `job`.
@@ -174,6 +188,7 @@ impl Actor for EndpointManager {
         while let Some(job) = self.endpoints.next_job() {
             let outcome = job.run(&self.pins);
             self.endpoints.finished(&job, &outcome);
+            self.record(&job, &outcome);
         }
         if plan.after_wait.is_empty() {
             return;
@@ -184,6 +199,7 @@ impl Actor for EndpointManager {
             "waiting for remote clusters (ipcache, identities, nodes) before regenerating restored endpoints"
         );
         let barrier = self.barrier.clone();
+        let timeline = self.settings.timeline.clone();
         let deadline = Instant::now() + plan.wait_timeout;
         let wait = async move {
             futures::future::join_all(declared).await;
@@ -197,6 +213,7 @@ impl Actor for EndpointManager {
                 Ok(wait) => wait.wait(Some(deadline)).await,
                 Err(_) => Ok(WaitOutcome::Synced),
             };
+            timeline.wait_returned(Waiter::Regeneration, SyncKind::IpIdentities, &outcome);
             if !matches!(outcome, Ok(WaitOutcome::Synced))
                 && !WAIT_TIMEOUT_WARNED.swap(true, Ordering::Relaxed)
             {

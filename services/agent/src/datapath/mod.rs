@@ -116,6 +116,10 @@ impl Datapath {
         barrier: &Recipient<GetMeshWait>,
         _known: &KnownClusters,
     ) {
+        let prune = PruneWhenSynced {
+            barrier: barrier.clone(),
+            timeline: settings.timeline.clone(),
+        };
         let manager = EndpointManager::new(
             self.pins.clone(),
             EndpointStore::new(state_dir),
@@ -124,7 +128,7 @@ impl Datapath {
             barrier.clone(),
         );
         self.endpoints = Some(manager.start_own_arbiter());
-        self.writer.do_send(PruneWhenSynced(barrier.clone()));
+        self.writer.do_send(prune);
     }
 
     /// The writer's report as of its last message.

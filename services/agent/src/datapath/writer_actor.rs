@@ -13,6 +13,7 @@ use actix::{
 use meshwork_clustermesh::Consumer;
 use meshwork_clustermesh::barrier_actor::{BarrierUpdate, GetMeshWait};
 use meshwork_clustermesh::events::RemoteEvents;
+use meshwork_clustermesh::timeline::{Step, TimelineRecorder, Waiter};
 use meshwork_datapath::writer::{MapWriter, WriterReport};
 use meshwork_types::SyncKind;
 use tokio::sync::watch;
@@ -120,28 +121,47 @@ impl Handler<RemoveLocalEndpoint> for DatapathWriter {
 /// the restored services, backends and tunnel entries they guard — never before.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct PruneWhenSynced(pub Recipient<GetMeshWait>);
+pub struct PruneWhenSynced {
+    /// Where the waits come from.
+    pub barrier: Recipient<GetMeshWait>,
+    /// Where each wait and prune pass is recorded (the restart timeline).
+    pub timeline: TimelineRecorder,
+}
 
 impl Handler<PruneWhenSynced> for DatapathWriter {
     type Result = ();
 
-    fn handle(&mut self, PruneWhenSynced(barrier): PruneWhenSynced, ctx: &mut Context<Self>) {
+    fn handle(&mut self, prune: PruneWhenSynced, ctx: &mut Context<Self>) {
         for kind in [SyncKind::Services, SyncKind::Nodes] {
-            let barrier = barrier.clone();
+            let barrier = prune.barrier.clone();
+            let timeline = prune.timeline.clone();
             let waited = async move {
                 let wait = barrier.send(GetMeshWait::only(kind, DATAPATH)).await.ok()?;
                 // No deadline of its own: the barrier's circuit breaker bounds it.
-                wait.wait(None).await.ok()
+                let outcome = wait.wait(None).await;
+                timeline.wait_returned(Waiter::Prune, kind, &outcome);
+                outcome.ok()
             };
+            let timeline = prune.timeline.clone();
             ctx.spawn(waited.into_actor(self).map(move |outcome, actor, _| {
                 if outcome.is_some() {
                     tracing::info!(wait = kind.cilium_name(), "pruning restored datapath state");
+                    let before = deleted(&actor.writer.report());
                     actor.writer.synced(kind);
+                    let removed = deleted(&actor.writer.report()).saturating_sub(before);
+                    timeline.record(Step::Pruned { kind, removed });
                     actor.publish();
                 }
             }));
         }
     }
+}
+
+/// Entries deleted from the service, backend and tunnel maps so far.
+fn deleted(report: &WriterReport) -> u64 {
+    report.remote_maps.as_ref().map_or(0, |maps| {
+        maps.services.deleted + maps.backends.deleted + maps.tunnel.deleted
+    })
 }
 
 /// Stops the actor and its arbiter; the maps stay as they are.

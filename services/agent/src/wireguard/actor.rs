@@ -16,6 +16,7 @@ use actix::{
 use meshwork_clustermesh::Consumer;
 use meshwork_clustermesh::barrier_actor::{BarrierUpdate, GetMeshWait};
 use meshwork_clustermesh::events::RemoteEvents;
+use meshwork_clustermesh::timeline::{Step, TimelineRecorder, Waiter};
 use meshwork_types::{Change, RemoteEvent, SyncKind};
 use meshwork_wireguard::device::{Device, Failure};
 use meshwork_wireguard::local_node::LocalNode;
@@ -42,6 +43,11 @@ pub struct WireGuard {
     unacked: Vec<BarrierUpdate>,
     flush_scheduled: bool,
     retry_scheduled: bool,
+    /// The restart timeline ([`ArmGc`] brings it).
+    timeline: TimelineRecorder,
+    /// Garbage collections allowed (by their wait) and the restored peers pending then,
+    /// recorded once a flush has run them.
+    gc_due: Vec<(SyncKind, usize)>,
 }
 
 impl WireGuard {
@@ -65,6 +71,8 @@ impl WireGuard {
             unacked: Vec::new(),
             flush_scheduled: false,
             retry_scheduled: false,
+            timeline: TimelineRecorder::default(),
+            gc_due: Vec::new(),
         };
         actor.update_gauges();
         actor
@@ -95,6 +103,16 @@ impl WireGuard {
             Ok(()) => {
                 for ack in self.unacked.drain(..) {
                     self.barrier.do_send(ack);
+                }
+                let pending = self.table.pending_peers();
+                for (kind, before) in self.gc_due.drain(..) {
+                    // Only NodesSynced removes peers; IPIdentitiesSynced drops allowed IPs.
+                    let removed = match kind {
+                        SyncKind::Nodes => before.saturating_sub(pending),
+                        _ => 0,
+                    };
+                    let removed = u64::try_from(removed).unwrap_or(u64::MAX);
+                    self.timeline.record(Step::WireguardGc { kind, removed });
                 }
             }
             Err(Failure::Gone) => self.probe(ctx),
@@ -192,21 +210,30 @@ impl Handler<Flush> for WireGuard {
 /// breaker) before collecting restored peers and restored allowed IPs.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct ArmGc(pub Recipient<GetMeshWait>);
+pub struct ArmGc {
+    /// Where the waits come from.
+    pub barrier: Recipient<GetMeshWait>,
+    /// Where each wait and collection is recorded (the restart timeline).
+    pub timeline: TimelineRecorder,
+}
 
 impl Handler<ArmGc> for WireGuard {
     type Result = ();
 
-    fn handle(&mut self, ArmGc(barrier): ArmGc, ctx: &mut Context<Self>) {
+    fn handle(&mut self, ArmGc { barrier, timeline }: ArmGc, ctx: &mut Context<Self>) {
+        self.timeline = timeline;
         for kind in [SyncKind::Nodes, SyncKind::IpIdentities] {
             let barrier = barrier.clone();
+            let timeline = self.timeline.clone();
             let waited = async move {
                 let wait = barrier
                     .send(GetMeshWait::only(kind, WIREGUARD))
                     .await
                     .ok()?;
                 // No caller deadline: the breaker (--clustermesh-sync-timeout) bounds it.
-                wait.wait(None).await.ok()
+                let outcome = wait.wait(None).await;
+                timeline.wait_returned(Waiter::WireguardGc, kind, &outcome);
+                outcome.ok()
             };
             ctx.spawn(waited.into_actor(self).map(move |outcome, actor, ctx| {
                 if outcome.is_none() {
@@ -220,6 +247,7 @@ impl Handler<ArmGc> for WireGuard {
                     SyncKind::Nodes => actor.table.nodes_synced(),
                     _ => actor.table.ipcache_synced(),
                 }
+                actor.gc_due.push((kind, actor.table.pending_peers()));
                 actor.schedule_flush(ctx);
             }));
         }

@@ -24,14 +24,15 @@ mod tests {
             r#""synced":{"nodes":true,"services":true,"identities":true,"endpoints":true},"#,
             r#""entries":{"nodes":3,"services":2,"identities":5,"endpoints":10},"#,
             r#""failures":0,"last_failure":null,"last_error":null,"#,
-            r#""endpoints":["https://127.0.0.1:2379"]},"#,
+            r#""endpoints":["https://127.0.0.1:2379"],"cached":true,"heartbeat_age_ms":35400},"#,
             r#"{"name":"cluster-3","ready":false,"connected":true,"cluster_id":0,"#,
             r#""config":{"required":true,"retrieved":true},"#,
             r#""synced":{"nodes":false,"services":false,"identities":false,"endpoints":false},"#,
             r#""entries":{"nodes":1,"services":0,"identities":0,"endpoints":0},"#,
             r#""failures":1,"last_failure":"2026-11-29T10:00:00Z","#,
             r#""last_error":"clusterID 2 is already used","#,
-            r#""endpoints":["https://127.0.0.1:2381","https://127.0.0.2:2381"]}]}}"#,
+            r#""endpoints":["https://127.0.0.1:2381","https://127.0.0.2:2381"],"#,
+            r#""cached":false,"heartbeat_age_ms":null}]}}"#,
             "\n"
         );
         assert_eq!(to_line(&StatusView::from(&sample())), expected);
@@ -43,6 +44,7 @@ mod tests {
         let mesh = ClusterMeshStatus {
             ready: 0,
             total: 1,
+            config_dir: String::new(),
             clusters: vec![RemoteClusterStatus {
                 name: "c".into(),
                 ..Default::default()
@@ -53,7 +55,8 @@ mod tests {
             r#""connected":false,"cluster_id":0,"config":{"required":false,"retrieved":false},"#,
             r#""synced":{"nodes":false,"services":false,"identities":false,"endpoints":false},"#,
             r#""entries":{"nodes":0,"services":0,"identities":0,"endpoints":0},"#,
-            r#""failures":0,"last_failure":null,"last_error":null,"endpoints":[]}]}}"#,
+            r#""failures":0,"last_failure":null,"last_error":null,"endpoints":[],"#,
+            r#""cached":false,"heartbeat_age_ms":null}]}}"#,
             "\n"
         );
         assert_eq!(to_line(&StatusView::from(&mesh)), expected);

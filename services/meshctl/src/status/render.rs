@@ -43,21 +43,33 @@ fn render_cluster(out: &mut String, c: &ClusterView, now: SystemTime) {
     };
     let _ = writeln!(
         out,
-        "   └  etcd: {}, endpoints {endpoints}",
+        "   └  etcd: {}, endpoints {endpoints}{}",
         if c.connected {
             "connected"
         } else {
             "disconnected"
         },
+        if c.cached { " (kvstoremesh cache)" } else { "" },
     );
+    let heartbeat = c.heartbeat_age_ms.map_or_else(
+        || "none seen".to_owned(),
+        |ms| match ms / 1000 {
+            0 => "just now".to_owned(),
+            secs => format!(
+                "{} ago",
+                humantime::format_duration(Duration::from_secs(secs))
+            ),
+        },
+    );
+    let _ = writeln!(out, "   └  heartbeat: {heartbeat}");
     let cluster_id = match c.cluster_id {
         0 => "unknown".to_owned(),
         id => id.to_string(),
     };
     let _ = writeln!(
         out,
-        "   └  remote configuration: expected={}, retrieved={}, cluster-id={cluster_id}",
-        c.config.required, c.config.retrieved,
+        "   └  remote configuration: expected={}, retrieved={}, cluster-id={cluster_id}, kvstoremesh={}",
+        c.config.required, c.config.retrieved, c.cached,
     );
     // Cilium's order: nodes, endpoints, identities, services.
     let _ = writeln!(
@@ -106,12 +118,14 @@ mod tests {
         let expected = "\
 ClusterMesh:   1/2 remote clusters ready
    cluster-2: ready, 3 nodes, 10 endpoints, 5 identities, 2 services, 0 failures (last: never)
-   └  etcd: connected, endpoints https://127.0.0.1:2379
-   └  remote configuration: expected=true, retrieved=true, cluster-id=2
+   └  etcd: connected, endpoints https://127.0.0.1:2379 (kvstoremesh cache)
+   └  heartbeat: 35s ago
+   └  remote configuration: expected=true, retrieved=true, cluster-id=2, kvstoremesh=true
    └  synchronization status: nodes=true, endpoints=true, identities=true, services=true
    cluster-3: not ready, 1 node, 0 endpoints, 0 identities, 0 services, 1 failure (last: 2026-11-29T10:00:00Z, 2m 3s ago)
    └  etcd: connected, endpoints https://127.0.0.1:2381, https://127.0.0.2:2381
-   └  remote configuration: expected=true, retrieved=true, cluster-id=unknown
+   └  heartbeat: none seen
+   └  remote configuration: expected=true, retrieved=true, cluster-id=unknown, kvstoremesh=false
    └  synchronization status: nodes=false, endpoints=false, identities=false, services=false
    └  last error: clusterID 2 is already used
 ";

@@ -34,6 +34,10 @@ pub struct ClusterView {
     pub last_error: Option<String>,
     /// The etcd endpoints (an extra field: the fixed shape ends before it).
     pub endpoints: Vec<String>,
+    /// Read from the kvstoremesh cache at `endpoints`.
+    pub cached: bool,
+    /// How long ago the remote wrote its last heartbeat; null before one was read.
+    pub heartbeat_age_ms: Option<u64>,
 }
 
 /// Whether the remote announces a cluster config, and whether it was retrieved.
@@ -116,6 +120,8 @@ impl From<&pb::RemoteClusterStatus> for ClusterView {
                 .filter(|e| !e.is_empty())
                 .map(str::to_owned)
                 .collect(),
+            cached: c.cached,
+            heartbeat_age_ms: c.heartbeat_age_ms,
         }
     }
 }
@@ -126,6 +132,7 @@ pub fn sample() -> pb::ClusterMeshStatus {
     pb::ClusterMeshStatus {
         ready: 1,
         total: 2,
+        config_dir: "/etc/meshwork/clustermesh".into(),
         clusters: vec![
             pb::RemoteClusterStatus {
                 name: "cluster-2".into(),
@@ -152,6 +159,8 @@ pub fn sample() -> pb::ClusterMeshStatus {
                 last_failure: None,
                 last_error: None,
                 endpoints: "https://127.0.0.1:2379".into(),
+                heartbeat_age_ms: Some(35_400),
+                cached: true,
             },
             pb::RemoteClusterStatus {
                 name: "cluster-3".into(),
@@ -171,6 +180,8 @@ pub fn sample() -> pb::ClusterMeshStatus {
                 last_failure: Some("2026-11-29T10:00:00Z".into()),
                 last_error: Some("clusterID 2 is already used".into()),
                 endpoints: "https://127.0.0.1:2381, https://127.0.0.2:2381".into(),
+                heartbeat_age_ms: None,
+                cached: false,
             },
         ],
     }

@@ -13,8 +13,10 @@ mod fixtures;
 mod fixtures_net;
 mod on_mesh;
 pub mod stream;
+pub mod timeline;
 
 use std::cell::Cell;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
@@ -124,6 +126,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let field = |r: Option<RunReport>, f: fn(&RunReport) -> u64| {
         r.map_or_else(|| "-".to_owned(), |r| f(&r).to_string())
     };
+    if with.is_some() && without.is_some() {
+        let page = timeline::side_by_side(kind)?;
+        println!("timelines side by side: {}", page.display());
+    }
     println!(
         "drops_with_wait={} drops_without_wait={} stream_gaps_with_wait={}",
         field(with, |r| r.drops),
@@ -142,24 +148,26 @@ pub async fn run_once(
     let dir = tempfile::Builder::new()
         .prefix("meshwork-proof-")
         .tempdir()?;
+    let picture = timeline::path(kind, with_wait);
     match kind {
         SceneKind::Mesh => {
             let scene = Box::pin(on_mesh::MeshScene::build(binaries, dir.path())).await?;
-            Box::pin(restart_a(binaries, scene, with_wait)).await
+            Box::pin(restart_a(binaries, scene, with_wait, &picture)).await
         }
         SceneKind::Fixtures => {
             let scene = Box::pin(fixtures::FixtureScene::build(binaries, dir.path())).await?;
-            Box::pin(restart_a(binaries, scene, with_wait)).await
+            Box::pin(restart_a(binaries, scene, with_wait, &picture)).await
         }
     }
 }
 
 /// The run proper: the stream flowing, A restarted while B is late, sampled until A runs on
-/// a map holding B.
+/// a map holding B; then A's timeline drawn into `picture`.
 async fn restart_a<S: Scene>(
     binaries: &Binaries,
     mut scene: S,
     with_wait: bool,
+    picture: &Path,
 ) -> anyhow::Result<RunReport> {
     let (client, server) = scene.pods();
     let stream = Stream::start(client, server, scene.pod_b())?;
@@ -191,6 +199,7 @@ async fn restart_a<S: Scene>(
             at.elapsed() >= AFTER_REGENERATION
         })
         .await?;
+    timeline::save(binaries, scene.agent_a(), with_wait, picture).await;
     Ok(RunReport {
         stream: stream.finish(),
         regenerated_without_b: samples.regenerated_without_b,

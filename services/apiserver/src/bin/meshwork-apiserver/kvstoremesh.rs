@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use clap::Args;
 use meshwork_clustermesh::mesh::refresh_metrics;
+use meshwork_clustermesh::remote_cluster::heartbeat::HeartbeatArgs;
 use meshwork_http::{HealthServer, MetricsServer, Refresh};
 use meshwork_kvstore::EtcdBackend;
 use meshwork_kvstoremesh::service::{KvstoreMesh, Settings};
@@ -68,6 +69,10 @@ pub struct KvstoremeshArgs {
     /// Where `/metrics` (`meshwork_kvstoremesh_*`) is served; empty disables it.
     #[arg(long, default_value = "127.0.0.1:9965", value_name = "ADDR")]
     pub prometheus_serve_addr: String,
+
+    /// The remotes' heartbeat.
+    #[command(flatten)]
+    pub heartbeat: HeartbeatArgs,
 }
 
 impl KvstoremeshArgs {
@@ -87,6 +92,7 @@ impl KvstoremeshArgs {
             per_cluster_ready_timeout: self.per_cluster_ready_timeout,
             global_ready_timeout: self.global_ready_timeout,
             removal_grace: self.cache_removal_grace,
+            heartbeat: self.heartbeat.settings(),
             ..Settings::new(
                 &self.cluster_name,
                 self.cluster_id,
