@@ -8,6 +8,7 @@
 //! the loops publish their status on a watch: recording takes a lock for one push and never
 //! waits on an actor's mailbox. The API reads a snapshot ([`TimelineRecorder::snapshot`]).
 
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
@@ -16,9 +17,11 @@ use tokio::time::Instant;
 
 use crate::barrier::{WaitError, WaitOutcome};
 
-/// How many steps a timeline keeps: the first ones of a start, which is what it is for (a
-/// remote that flaps for days must not grow the agent without bound).
-pub const CAPACITY: usize = 1024;
+/// How many steps of each class (the remotes' own, the agent's) a timeline keeps: the first
+/// ones of a start, which is what it is for (a remote that flaps for days must not grow the
+/// agent without bound). 511 remotes' five steps each fit, so a big mesh's remotes never
+/// push out the waits, regenerations and prunes.
+pub const CAPACITY: usize = 4096;
 
 /// Who waited on the barrier.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,18 +133,25 @@ pub struct Timeline {
     started_at: SystemTime,
     entries: Vec<Entry>,
     capacity: usize,
+    /// Steps kept of each class: a remote's (connected, first lists), the agent's.
+    kept: [usize; 2],
+    /// The remotes whose first connection is recorded: a reconnect is not a step of the
+    /// start.
+    connected: HashSet<Arc<str>>,
     dropped: u64,
 }
 
 impl Timeline {
     /// A timeline of a start at `started` (wall clock `started_at`), holding at most
-    /// `capacity` steps, its first one [`Step::Started`].
+    /// `capacity` steps of each class, its first one [`Step::Started`].
     pub fn new(started: Instant, started_at: SystemTime, capacity: usize) -> Self {
         let mut timeline = Self {
             started,
             started_at,
             entries: Vec::new(),
             capacity,
+            kept: [0; 2],
+            connected: HashSet::new(),
             dropped: 0,
         };
         timeline.record(started, Step::Started);
@@ -149,12 +159,24 @@ impl Timeline {
     }
 
     /// Records `step` at `at`, in time order (a step recorded late by its thread still
-    /// lands where it happened); once full, the step is counted and left out.
+    /// lands where it happened); once its class is full, the step is counted and left out.
+    /// A remote's reconnects are not recorded, only its first connection.
     pub fn record(&mut self, at: Instant, step: Step) {
-        if self.entries.len() >= self.capacity {
+        let class = match &step {
+            Step::Connected { cluster } => {
+                if !self.connected.insert(Arc::clone(cluster)) {
+                    return;
+                }
+                0
+            }
+            Step::ListDone { .. } => 0,
+            _ => 1,
+        };
+        if self.kept[class] >= self.capacity {
             self.dropped += 1;
             return;
         }
+        self.kept[class] += 1;
         let offset = at.saturating_duration_since(self.started);
         let position = self.entries.partition_point(|e| e.offset <= offset);
         self.entries.insert(position, Entry { offset, step });

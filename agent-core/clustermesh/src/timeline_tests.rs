@@ -54,13 +54,24 @@ fn steps_are_kept_in_time_order_from_the_start() {
 }
 
 #[test]
-fn a_full_timeline_keeps_the_first_steps_and_counts_the_rest() {
+fn a_full_class_keeps_its_first_steps_and_counts_the_rest_without_crowding_the_other() {
     let start = Instant::now();
     let mut timeline = Timeline::new(start, SystemTime::UNIX_EPOCH, 3);
-    for ms in 1..=5 {
-        timeline.record(start + Duration::from_millis(ms), connected("c1"));
+    let at = |ms| start + Duration::from_millis(ms);
+    for (ms, cluster) in (1..).zip(["c1", "c2", "c3", "c4", "c5"]) {
+        timeline.record(at(ms), connected(cluster));
     }
-    assert_eq!(offsets(&timeline), [0, 1, 2]);
+    // A reconnect is no step of the start: neither kept nor counted.
+    timeline.record(at(6), connected("c1"));
+    // The agent's own steps have room of their own (the start is one of them).
+    for (ms, endpoint) in (10..).zip(1..=3) {
+        let step = Step::EndpointRegenerated {
+            endpoint,
+            error: None,
+        };
+        timeline.record(at(ms), step);
+    }
+    assert_eq!(offsets(&timeline), [0, 1, 2, 3, 10, 11]);
     assert_eq!(timeline.dropped(), 3);
 }
 

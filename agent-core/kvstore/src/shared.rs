@@ -11,9 +11,10 @@ use crate::{EtcdBackend, EtcdConfig, KvstoreError};
 
 /// What a remote cluster's stores watch, each root served by one etcd watch: a remote asks
 /// for seven watches (four stores, its canaries, its config, the heartbeat), 1,750 for 250
-/// remotes behind kvstoremesh. Narrower than `cilium/`, so that what else the etcd holds (a remote's own
-/// kvstoremesh cache, the local cluster's state next to the cache) is not streamed for
-/// nothing.
+/// remotes behind kvstoremesh. Narrower than `cilium/`, so that what else the etcd holds (a
+/// remote's own kvstoremesh cache, the local cluster's state next to the cache) is not
+/// streamed for nothing. The heartbeat is a single key: the only watch of it Cilium's roles
+/// allow.
 pub const SHARED_WATCH_ROOTS: [&str; 5] = [
     "cilium/state/",
     "cilium/cache/",

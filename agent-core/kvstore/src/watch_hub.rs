@@ -175,9 +175,14 @@ impl WatchHub {
         start_revision: i64,
     ) -> Result<Self, StartError> {
         let operation = format!("watch {root} (shared)");
-        let options = WatchOptions::new()
-            .with_range(prefix_range_end(root.as_bytes()))
-            .with_start_revision(start_revision);
+        let options = WatchOptions::new().with_start_revision(start_revision);
+        // A root without a trailing `/` is a single key (see `HubSlot::covers`): a user
+        // granted that key alone may watch it, not a range.
+        let options = if root.ends_with('/') {
+            options.with_range(prefix_range_end(root.as_bytes()))
+        } else {
+            options
+        };
         let mut watch_client = client
             .watch_client()
             .max_decoding_message_size(WATCH_DECODE_LIMIT);

@@ -1,14 +1,15 @@
 //! The agent reading every remote through kvstoremesh: one etcd connection (the local one),
 //! the cached config's `cached: true`, the cache prefixes, and every wait returning; and a
 //! kvstoremesh SIGKILLed and restarted under it, which the agent sees as only the remote's
-//! own changes.
+//! own changes; and the heartbeat kvstoremesh writes for the agents reading the cache.
 
 mod common;
 
 use std::path::Path;
 use std::time::Duration;
 
-use common::{Contribution, Mesh, connect, init_tracing, load};
+use common::{Contribution, Mesh, Options, connect, init_tracing, load};
+use meshwork_clustermesh::remote_cluster::heartbeat::HeartbeatSettings;
 use meshwork_clustermesh::{SyncKind, WaitOutcome};
 use meshwork_kvstoremesh::service::{KvstoreMesh, Settings};
 use meshwork_lab::cilium::{Cluster, Sizes};
@@ -181,4 +182,58 @@ async fn a_kvstoremesh_sigkill_and_restart_shows_the_agent_only_the_remotes_chan
     );
     assert!(changes[0].starts_with("ip+ c1 "), "{changes:#?}");
     assert!(mesh.status("c1").await.ready());
+}
+
+/// kvstoremesh writes the local etcd's heartbeat, which the agents reading the cache watch
+/// as they watch a remote's: with no apiserver on the local etcd, a short
+/// `--kvstore-heartbeat-interval` (1 s, the shortest whose heartbeats, written in whole
+/// seconds, all differ: stale after 2 s, a reconnect 2.75 s after the last one) holds for
+/// seconds.
+#[actix_rt::test]
+#[ignore = "needs real etcd: `cargo xtask test` runs it"]
+async fn kvstoremesh_writes_the_heartbeat_agents_reading_the_cache_watch() {
+    init_tracing();
+    let local = EtcdServer::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let server = EtcdServer::start().unwrap();
+    let c1 = Cluster {
+        name: "c1".to_owned(),
+        id: 1,
+        sizes: SIZES,
+    };
+    load(&connect(&server).await, &c1).await.unwrap();
+    meshwork_lab::agent::write_cluster_config(dir.path(), "c1", &server.endpoint()).unwrap();
+    let mut registry = Registry::default();
+    let mut settings = Settings::new("local", 9, dir.path());
+    settings.heartbeat = HeartbeatSettings {
+        interval: Duration::from_secs(1),
+        // The remote itself writes no heartbeat: kvstoremesh must not reconnect to it here.
+        max_consecutive_quorum_errors: u32::MAX,
+    };
+    let kvstoremesh = KvstoreMesh::start(connect(&local).await, settings, &mut registry)
+        .await
+        .unwrap();
+
+    let options = Options::new("local", 9, Duration::from_secs(60))
+        .flag("--enable-bpf-datapath=false")
+        .flag("--kvstore-heartbeat-interval=1s");
+    let mesh = Mesh::start_with(options).await;
+    mesh.add_server("c1", &local).await;
+    let ready = mesh.status_until("c1", "ready", |s| s.ready()).await;
+    let first = ready.last_heartbeat.expect("kvstoremesh wrote a heartbeat");
+    // Written in whole seconds: 6 s later in its own time is at least 5 s in ours.
+    let held = mesh
+        .status_until("c1", "6 s of kvstoremesh's heartbeats", |s| {
+            s.last_heartbeat.is_some_and(|at| {
+                at.duration_since(first).unwrap_or_default() >= Duration::from_secs(6)
+            })
+        })
+        .await;
+    // An agent early to the cache may have retried for its config before it was ready.
+    assert_eq!(
+        held.failures, ready.failures,
+        "the cache's heartbeat went stale: {held:#?}"
+    );
+    assert!(held.cached && held.ready());
+    kvstoremesh.shutdown().await;
 }

@@ -12,6 +12,7 @@
 //! Idempotent: what exists is kept, what is missing is added, and auth is enabled.
 
 use etcd_client::{Client, Permission, UserAddOptions};
+use meshwork_types::keys::{HAS_CLUSTER_CONFIG_KEY, HEARTBEAT_KEY};
 
 /// One read permission: a key, or every key under a prefix.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,13 +37,17 @@ fn prefix(prefix: &str) -> Read {
     }
 }
 
-/// The roles (other than etcd's built-in `root`) and what each may read.
+/// The roles (other than etcd's built-in `root`) and what each may read. Beyond the list
+/// of the contract (§8), both read `cilium/.has-cluster-config`: the agent reads the marker
+/// with the cluster config in one transaction (§2), which etcd refuses whole when one key
+/// of it is not granted.
 pub fn roles(cluster: &str) -> Vec<(&'static str, Vec<Read>)> {
     vec![
         (
             "local",
             vec![
-                key("cilium/.heartbeat"),
+                key(HAS_CLUSTER_CONFIG_KEY),
+                key(HEARTBEAT_KEY),
                 prefix("cilium/cache/"),
                 prefix("cilium/cluster-config/"),
                 prefix("cilium/synced/"),
@@ -51,7 +56,8 @@ pub fn roles(cluster: &str) -> Vec<(&'static str, Vec<Read>)> {
         (
             "remote",
             vec![
-                key("cilium/.heartbeat"),
+                key(HAS_CLUSTER_CONFIG_KEY),
+                key(HEARTBEAT_KEY),
                 prefix("cilium/state/"),
                 key(&format!("cilium/cluster-config/{cluster}")),
                 prefix(&format!("cilium/synced/{cluster}/")),
@@ -119,6 +125,7 @@ mod tests {
         let roles = roles("c1");
         let remote = &roles.iter().find(|(r, _)| *r == "remote").unwrap().1;
         assert!(remote.contains(&key("cilium/cluster-config/c1")));
+        assert!(remote.contains(&key("cilium/.has-cluster-config")));
         assert!(remote.contains(&prefix("cilium/synced/c1/")));
         assert!(!remote.iter().any(|r| r.key == "cilium/cluster-config/"));
         assert_eq!(users("c1")[1], ("admin-c1".to_owned(), "root"));

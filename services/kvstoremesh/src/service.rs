@@ -126,7 +126,8 @@ impl KvstoreMesh {
             readiness_tx.clone(),
             metrics.clone(),
         ))
-        .await?;
+        .await?
+        .heartbeat_every(settings.heartbeat.interval);
         let orphans: Vec<Arc<str>> = writer.orphans().cloned().collect();
         let (ops, ops_rx) = mpsc::unbounded_channel();
         let stop_writer = CancellationToken::new();

@@ -13,7 +13,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use meshwork_kvstore::follow::follow_prefix;
-use meshwork_kvstore::keys::{CACHE_PREFIX, CLUSTER_CONFIG_PREFIX, HAS_CLUSTER_CONFIG_KEY};
+use meshwork_kvstore::keys::{
+    CACHE_PREFIX, CLUSTER_CONFIG_PREFIX, HAS_CLUSTER_CONFIG_KEY, HEARTBEAT_KEY,
+};
 use meshwork_kvstore::lease_writer::{KeyChange, Writer};
 use meshwork_kvstore::{EtcdBackend, KvstoreError};
 use meshwork_types::ClusterConfig;
@@ -30,6 +32,8 @@ const MAX_PENDING: usize = 8192;
 const RETRY_DELAY: Duration = Duration::from_secs(1);
 /// How often the cached configs are read back even without a watch event (Cilium's 5 min).
 const CONFIG_CHECK_INTERVAL: Duration = Duration::from_secs(5 * 60);
+/// How often the local etcd's heartbeat is written unless told otherwise (Cilium: a minute).
+const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(60);
 
 /// The writer task's state.
 pub struct CacheWriter {
@@ -44,6 +48,7 @@ pub struct CacheWriter {
     readiness: mpsc::UnboundedSender<ReadinessEvent>,
     metrics: CacheMetrics,
     lease_ttl: Duration,
+    heartbeat_interval: Duration,
 }
 
 impl CacheWriter {
@@ -94,7 +99,17 @@ impl CacheWriter {
             readiness,
             metrics,
             lease_ttl,
+            heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
         })
+    }
+
+    /// Writes the local etcd's heartbeat every `interval` (default: Cilium's minute). The
+    /// agents reading the cache watch it as they watch a remote's, and no apiserver need
+    /// run beside kvstoremesh.
+    #[must_use]
+    pub fn heartbeat_every(mut self, interval: Duration) -> Self {
+        self.heartbeat_interval = interval;
+        self
     }
 
     /// Remotes found in the cache that are not configured: removed while kvstoremesh was
@@ -113,6 +128,8 @@ impl CacheWriter {
         let mut keep_alive = tokio::time::interval(self.lease_ttl / 3);
         keep_alive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         keep_alive.tick().await;
+        let mut heartbeat = tokio::time::interval(self.heartbeat_interval);
+        heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut config_check = tokio::time::interval(CONFIG_CHECK_INTERVAL);
         config_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         config_check.tick().await;
@@ -132,6 +149,11 @@ impl CacheWriter {
                     self.check_configs(Some(&key)).await;
                 }
                 _ = config_check.tick() => self.check_configs(None).await,
+                _ = heartbeat.tick() => {
+                    // Not a cached key: the cache's key count and its adoption leave it out.
+                    self.pending.push((HEARTBEAT_KEY.to_owned(), Some(rfc3339(SystemTime::now()))));
+                    self.flush().await;
+                }
                 () = stop.cancelled() => {
                     while let Ok(batch) = ops.try_recv() {
                         self.handle(batch).await;

@@ -175,6 +175,16 @@ pub fn written_at(value: &[u8]) -> Option<SystemTime> {
     }
 }
 
+/// When a heartbeat of `cluster` holding `value` was written: the time it names, or now
+/// (the write was just seen) when it names none, which is logged.
+pub(super) fn written_or_now(value: &[u8], cluster: &str) -> SystemTime {
+    written_at(value).unwrap_or_else(|| {
+        tracing::warn!(cluster, value = %String::from_utf8_lossy(value),
+            "the remote's heartbeat is not an RFC 3339 time; taking the time it was seen");
+        SystemTime::now()
+    })
+}
+
 /// Where [`follow`] reports.
 pub struct Reporting<'a> {
     /// The remote cluster's name, for the log.
@@ -201,7 +211,7 @@ pub async fn follow(
     let stale = QuorumErrorLabels {
         error: "no event received".to_owned(),
     };
-    let mut beats = match backend.watch(HEARTBEAT_KEY, revision).await {
+    let mut beats = match backend.watch_key(HEARTBEAT_KEY, revision).await {
         Ok(beats) => beats,
         Err(err) => return err.into(),
     };
@@ -224,7 +234,7 @@ pub async fn follow(
                         && key == HEARTBEAT_KEY.as_bytes()
                     {
                         monitor.observe(Instant::now());
-                        let at = written_at(&value).unwrap_or_else(SystemTime::now);
+                        let at = written_or_now(&value, cluster);
                         state.send_modify(|s| s.last_heartbeat = Some(at));
                     }
                 }

@@ -30,6 +30,26 @@ use crate::timeline::{Step, TimelineRecorder};
 /// most); more than that, and the canary store lists them itself.
 const CANARIES_READ_AHEAD: i64 = 64;
 
+/// The first read of a connection to `cluster`: `cilium/.has-cluster-config`, the cluster
+/// config and the heartbeat (in that order in [`TxnRead::values`]) and the canaries, in one
+/// round trip and one read transaction on the server, at the revision the watchdog and the
+/// canary store then watch from. etcd 3.4 copies its read buffer into every read
+/// transaction, and 250 remotes behind kvstoremesh all read the one local etcd; etcd refuses
+/// the transaction whole when the user may not read one of its keys.
+pub async fn read_cluster_config(
+    backend: &EtcdBackend,
+    cluster: &str,
+) -> Result<TxnRead, KvstoreError> {
+    let key = format!("{}/{cluster}", keys::CLUSTER_CONFIG_PREFIX);
+    backend
+        .get_all_and_list(
+            &[keys::HAS_CLUSTER_CONFIG_KEY, &key, keys::HEARTBEAT_KEY],
+            &keys::synced_prefix(cluster),
+            CANARIES_READ_AHEAD,
+        )
+        .await
+}
+
 /// Settings shared by every remote cluster of the agent.
 #[derive(Debug, Clone)]
 pub struct MeshSettings {
@@ -230,6 +250,7 @@ impl<S: StoreSet> Runner<S> {
             s.connected = true;
             s.config_retrieved = false;
             s.cluster_id = 0;
+            s.last_heartbeat = None;
         });
         let (config, revision, canaries) = self.fetch_config(backend).await?;
         self.state.send_modify(|s| {
@@ -280,25 +301,13 @@ impl<S: StoreSet> Runner<S> {
         backend: &EtcdBackend,
     ) -> Result<(ClusterConfig, i64, Option<ListPage>), RemoteClusterError> {
         let name = &self.config.name;
-        let key = format!("{}/{name}", keys::CLUSTER_CONFIG_PREFIX);
-        // One round trip, one read transaction on the server for the marker, the config and
-        // the canaries (and the heartbeat, for its age), at the revision the watchdog and the
-        // canary store then watch from:
-        // etcd 3.4 copies its read buffer into every read transaction, and 250 remotes behind
-        // kvstoremesh all read the one local etcd.
         let TxnRead {
             mut values,
             listed,
             revision,
-        } = backend
-            .get_all_and_list(
-                &[keys::HAS_CLUSTER_CONFIG_KEY, &key, keys::HEARTBEAT_KEY],
-                &keys::synced_prefix(name),
-                CANARIES_READ_AHEAD,
-            )
-            .await?;
+        } = read_cluster_config(backend, name).await?;
         if let Some(beat) = values.pop().flatten() {
-            let at = heartbeat::written_at(&beat).unwrap_or_else(SystemTime::now);
+            let at = heartbeat::written_or_now(&beat, name);
             self.state.send_modify(|s| s.last_heartbeat = Some(at));
         }
         let value = values.pop().flatten();
@@ -351,7 +360,8 @@ impl<S: StoreSet> Runner<S> {
         cancel: &CancellationToken,
     ) -> Result<Ended, RemoteClusterError> {
         let key = format!("{}/{}", keys::CLUSTER_CONFIG_PREFIX, self.config.name);
-        let mut watch = backend.watch(&key, revision + 1).await?;
+        // One key: Cilium's `remote` role grants this cluster's config key alone.
+        let mut watch = backend.watch_key(&key, revision + 1).await?;
         let heartbeat = heartbeat::follow(
             backend,
             revision + 1,

@@ -15,6 +15,28 @@ pub(crate) struct HubSlot {
     current: tokio::sync::Mutex<HubSlotState>,
 }
 
+impl HubSlot {
+    /// Whether the shared watch carries every event of `target` (a prefix, or a single key
+    /// when `exact`). A root without a trailing `/` is a single key: only a watch of that
+    /// key is its share.
+    fn covers(&self, target: &str, exact: bool) -> bool {
+        if self.root.ends_with('/') {
+            target.starts_with(&self.root)
+        } else {
+            exact && target == self.root
+        }
+    }
+}
+
+/// What a watch covers.
+#[derive(Clone, Copy)]
+enum Range {
+    /// Every key under a prefix.
+    Prefix,
+    /// One key: all that a user granted that key alone may watch.
+    Key,
+}
+
 enum HubSlotState {
     Idle,
     Running(WatchHub),
@@ -105,7 +127,25 @@ impl EtcdBackend {
 
     /// Watches every key under `prefix` from `start_revision` on (0: from now).
     pub async fn watch(&self, prefix: &str, start_revision: i64) -> Result<Watch, KvstoreError> {
-        let slot = self.hubs.iter().find(|slot| prefix.starts_with(&slot.root));
+        self.watch_range(prefix, Range::Prefix, start_revision)
+            .await
+    }
+
+    /// Watches the single key `key` from `start_revision` on (0: from now). etcd refuses a
+    /// prefix watch, even of a key's own name, to a user granted only that key, as Cilium's
+    /// roles grant `cilium/.heartbeat` and `cilium/cluster-config/<cluster>`.
+    pub async fn watch_key(&self, key: &str, start_revision: i64) -> Result<Watch, KvstoreError> {
+        self.watch_range(key, Range::Key, start_revision).await
+    }
+
+    async fn watch_range(
+        &self,
+        prefix: &str,
+        range: Range,
+        start_revision: i64,
+    ) -> Result<Watch, KvstoreError> {
+        let exact = matches!(range, Range::Key);
+        let slot = self.hubs.iter().find(|slot| slot.covers(prefix, exact));
         let shared = match slot {
             Some(slot) if start_revision > 0 => {
                 self.subscribe(slot, prefix, start_revision).await?
@@ -114,7 +154,7 @@ impl EtcdBackend {
         };
         let source = match shared {
             Some(events) => WatchSource::Shared(events),
-            None => self.own_watch(prefix, start_revision).await?,
+            None => self.own_watch(prefix, range, start_revision).await?,
         };
         Ok(Watch {
             source,
@@ -159,15 +199,18 @@ impl EtcdBackend {
     async fn own_watch(
         &self,
         prefix: &str,
+        range: Range,
         start_revision: i64,
     ) -> Result<WatchSource, KvstoreError> {
         let mut client = self
             .client
             .watch_client()
             .max_decoding_message_size(WATCH_DECODE_LIMIT);
-        let options = WatchOptions::new()
-            .with_range(prefix_range_end(prefix.as_bytes()))
-            .with_start_revision(start_revision);
+        let options = WatchOptions::new().with_start_revision(start_revision);
+        let options = match range {
+            Range::Prefix => options.with_range(prefix_range_end(prefix.as_bytes())),
+            Range::Key => options,
+        };
         let operation = format!("watch {prefix}");
         let stream = with_deadline(&operation, client.watch(prefix, Some(options))).await?;
         let (requests, stream) = stream.split();

@@ -289,7 +289,9 @@ fn markers(timeline: &Timeline, lane_top: i32, x: &impl Fn(Duration) -> i32) -> 
 /// on the same pixel share a line.
 fn lines(timeline: &Timeline, x: &impl Fn(Duration) -> i32) -> Vec<(LineKind, i32, String)> {
     let mut lines: Vec<(LineKind, i32, String)> = Vec::new();
-    let mut ready = None;
+    // Health turns SERVING when the last readiness wait returns, synced or by the breaker;
+    // a readiness wait that failed leaves it NOT_SERVING.
+    let (mut ready, mut never_ready) = (None, false);
     for step in &timeline.steps {
         let What::WaitReturned {
             waiter, kind, end, ..
@@ -298,15 +300,16 @@ fn lines(timeline: &Timeline, x: &impl Fn(Duration) -> i32) -> Vec<(LineKind, i3
             continue;
         };
         let at = x(step.offset);
+        if *waiter == pb::Waiter::Readiness {
+            match end {
+                pb::WaitEnd::Synced | pb::WaitEnd::Breaker => ready = Some(at),
+                _ => never_ready = true,
+            }
+        }
         let how = match end {
             pb::WaitEnd::Breaker => "breaker",
             pb::WaitEnd::Timeout => "timeout",
-            _ => {
-                if *waiter == pb::Waiter::Readiness {
-                    ready = Some(at);
-                }
-                continue;
-            }
+            _ => continue,
         };
         let what = format!(
             "{how}: {} ({})",
@@ -321,8 +324,7 @@ fn lines(timeline: &Timeline, x: &impl Fn(Duration) -> i32) -> Vec<(LineKind, i3
             None => lines.push((LineKind::Breaker, at, what)),
         }
     }
-    // The last readiness wait to return is when health turned SERVING.
-    if let Some(at) = ready {
+    if let Some(at) = ready.filter(|_| !never_ready) {
         lines.push((LineKind::Ready, at, "ready (SERVING)".to_owned()));
     }
     lines

@@ -152,6 +152,37 @@ fn a_cluster_known_only_from_a_breaker_still_gets_its_rows() {
 }
 
 #[test]
+fn the_agent_is_ready_after_a_breaker_and_never_after_a_failed_wait() {
+    let readiness = |ms, end| Step {
+        offset: Duration::from_millis(ms),
+        what: What::WaitReturned {
+            waiter: pb::Waiter::Readiness,
+            kind: pb::TimelineSyncKind::IpIdentities,
+            end,
+            pending: Vec::new(),
+            error: None,
+        },
+    };
+    let ready = |end| {
+        let timeline = Timeline {
+            started_at: "2026-12-02T00:00:00Z".to_owned(),
+            steps: vec![readiness(1_000, end)],
+            dropped: 0,
+        };
+        layout(&timeline, "t")
+            .lines
+            .iter()
+            .any(|l| l.kind == LineKind::Ready)
+    };
+    assert!(ready(pb::WaitEnd::Breaker), "the breaker lets health serve");
+    assert!(ready(pb::WaitEnd::Synced));
+    assert!(
+        !ready(pb::WaitEnd::Failed),
+        "a failed wait leaves it NOT_SERVING"
+    );
+}
+
+#[test]
 fn markers_that_crowd_take_the_next_label_level() {
     let layout = layout(&sample(true), "t");
     let markers: Vec<(MarkerKind, &str)> = layout

@@ -6,7 +6,8 @@
 use std::time::{Duration, SystemTime};
 
 use meshwork_clustermesh::remote_cluster::heartbeat::written_at;
-use meshwork_kvstore::{EtcdBackend, EtcdConfig, KvstoreError, keys};
+use meshwork_clustermesh::remote_cluster::runner::read_cluster_config;
+use meshwork_kvstore::{EtcdBackend, EtcdConfig, KvstoreError, TxnRead, keys};
 use meshwork_types::keys::HEARTBEAT_KEY;
 use meshwork_types::{ClusterConfig, ClusterConfigError};
 
@@ -104,19 +105,22 @@ pub async fn check(remote: &Remote<'_>, budget: &Budget, now: SystemTime, out: &
     let value = heartbeat.kvs().first().map(|kv| kv.value());
     out.push(heartbeat_check(value, now));
 
-    // One transaction, as the agent reads them: a user refused either key fails the agent.
-    let config_key = ClusterConfig::key(remote.name);
-    let config_keys = [keys::HAS_CLUSTER_CONFIG_KEY, config_key.as_str()];
-    out.push(match budget.within(backend.get_all(&config_keys)).await {
-        Ok(Ok((values, _))) => cluster_config_check(
-            remote.name,
-            values.first().is_some_and(Option::is_some),
-            values.get(1).and_then(Option::as_deref),
-            remote.max_connected_clusters,
-        ),
-        Ok(Err(err)) => cluster_config_unreadable(remote.name, &err),
-        Err(elapsed) => elapsed.check(CheckKind::ClusterConfig),
-    });
+    // The agent's own first read: a user refused any key of it fails the agent.
+    out.push(
+        match budget
+            .within(read_cluster_config(&backend, remote.name))
+            .await
+        {
+            Ok(Ok(TxnRead { values, .. })) => cluster_config_check(
+                remote.name,
+                values.first().is_some_and(Option::is_some),
+                values.get(1).and_then(Option::as_deref),
+                remote.max_connected_clusters,
+            ),
+            Ok(Err(err)) => cluster_config_unreadable(remote.name, &err),
+            Err(elapsed) => elapsed.check(CheckKind::ClusterConfig),
+        },
+    );
 }
 
 /// How old the heartbeat is: a warning when absent, unreadable or over 2 minutes old.
@@ -241,11 +245,13 @@ fn cluster_config_unreadable(name: &str, err: &KvstoreError) -> Check {
     Check::fail(
         CheckKind::ClusterConfig,
         format!(
-            "cannot read {} and {}: {err}",
+            "cannot read {}, {}, {HEARTBEAT_KEY} and {}: {err}",
             keys::HAS_CLUSTER_CONFIG_KEY,
-            ClusterConfig::key(name)
+            ClusterConfig::key(name),
+            keys::synced_prefix(name),
         ),
-        "the agent reads both in one transaction: the user needs read access to both",
+        "the agent reads them in one transaction: the user needs read access to all \
+         (`meshwork-apiserver etcd-init`'s remote role grants them)",
     )
 }
 
