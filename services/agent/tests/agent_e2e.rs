@@ -1,7 +1,7 @@
 //! End to end with the real binaries: `meshwork-agent` against real etcd servers (one per
 //! remote cluster), read by `meshctl status --json`, metrics checked by `promtool`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -11,6 +11,7 @@ use meshwork_lab::etcd::EtcdServer;
 use meshwork_lab::wait;
 
 mod common;
+use common::binaries::{agent_binary, meshctl};
 
 use common::prometheus;
 
@@ -20,21 +21,6 @@ const SIZES: Sizes = Sizes {
     identities: 3,
     ipcache: 10,
 };
-
-fn agent_binary() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_meshwork-agent"))
-}
-
-fn meshctl() -> PathBuf {
-    let agent = agent_binary();
-    let meshctl = agent.with_file_name("meshctl");
-    assert!(
-        meshctl.exists(),
-        "{} is missing: build the workspace (cargo build --workspace) before this test",
-        meshctl.display()
-    );
-    meshctl
-}
 
 fn load(server: &EtcdServer, name: &str, id: u32) {
     let cluster = Cluster {

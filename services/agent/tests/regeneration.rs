@@ -9,6 +9,7 @@
 //!   not WireGuard's.
 
 mod common;
+use common::binaries::agent_binary;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -29,10 +30,6 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 const STATUS_BOUND: Duration = Duration::from_millis(100);
-
-fn agent_binary() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_meshwork-agent"))
-}
 
 /// A node namespace with `count` pod veths (`lxc1` …), each endpoint persisted in `state`.
 fn restored_endpoints(lab: &LabNet, state: &Path, count: u64) -> (Netns, Vec<Netns>) {

@@ -1,7 +1,7 @@
 //! The restart timeline end to end: the real `meshwork-agent` with one remote cluster on a
 //! real etcd, read by the real `meshctl timeline` (JSON, the table and the SVG).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -11,20 +11,7 @@ use meshwork_lab::wait;
 use serde_json::Value;
 
 mod common;
-
-fn agent_binary() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_meshwork-agent"))
-}
-
-fn meshctl() -> PathBuf {
-    let meshctl = agent_binary().with_file_name("meshctl");
-    assert!(
-        meshctl.exists(),
-        "{} is missing: build it (cargo build -p meshctl) before this test",
-        meshctl.display()
-    );
-    meshctl
-}
+use common::binaries::{agent_binary, meshctl};
 
 fn run_meshctl(socket: &Path, args: &[&str]) -> std::process::Output {
     Command::new(meshctl())

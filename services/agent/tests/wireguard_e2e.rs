@@ -25,23 +25,11 @@ use meshwork_wireguard::key::{Key, PrivateKey};
 use serde_json::{Value, json};
 
 mod common;
+use common::binaries::{agent_binary, meshctl};
 
 use common::{c2_node, prometheus};
 
 const NODES: &str = "cilium/state/nodes/v1/c2";
-
-fn agent_binary() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_meshwork-agent"))
-}
-
-fn meshctl() -> PathBuf {
-    let meshctl = agent_binary().with_file_name("meshctl");
-    assert!(
-        meshctl.exists(),
-        "build meshctl first (cargo build -p meshctl)"
-    );
-    meshctl
-}
 
 fn block_on<T>(f: impl Future<Output = T>) -> T {
     tokio::runtime::Builder::new_current_thread()

@@ -4,6 +4,7 @@
 
 #![allow(dead_code, missing_docs)]
 
+pub mod binaries;
 pub mod prometheus;
 
 use std::collections::HashMap;

@@ -3,7 +3,7 @@ use std::time::Duration;
 use meshwork_proto::agent::v1 as pb;
 
 use super::super::model::{Step, Timeline, What};
-use super::super::tests::sample;
+use super::super::tests::{SAMPLE_ROWS, sample};
 use super::*;
 
 fn labels(layout: &Layout) -> Vec<&str> {
@@ -19,19 +19,7 @@ fn x_of(layout: &Layout, ms: u64) -> i32 {
 #[test]
 fn one_row_per_cluster_and_store_clusters_by_name_stores_in_status_order() {
     let layout = layout(&sample(false), "t");
-    assert_eq!(
-        labels(&layout),
-        [
-            "c1 · nodes",
-            "c1 · services",
-            "c1 · identities",
-            "c1 · ipcache",
-            "c2 · nodes",
-            "c2 · services",
-            "c2 · identities",
-            "c2 · ipcache",
-        ]
-    );
+    assert_eq!(labels(&layout), SAMPLE_ROWS);
     for pair in layout.rows.windows(2) {
         assert_eq!(pair[1].y - pair[0].y, ROW_HEIGHT, "rows top to bottom");
     }

@@ -120,6 +120,18 @@ mod tests {
         step
     }
 
+    /// The rows of [`sample`], in order: clusters by name, stores in status order.
+    pub const SAMPLE_ROWS: [&str; 8] = [
+        "c1 · nodes",
+        "c1 · services",
+        "c1 · identities",
+        "c1 · ipcache",
+        "c2 · nodes",
+        "c2 · services",
+        "c2 · identities",
+        "c2 · ipcache",
+    ];
+
     /// A restart of an agent with remotes c1 and c2 (connected in the other order): with
     /// `breaker`, c2 never lists and regeneration's wait gives up after 1 s; without, c2
     /// lists late and every wait returns synced.

@@ -1,5 +1,5 @@
 use super::super::layout::{self, LineKind};
-use super::super::tests::sample;
+use super::super::tests::{SAMPLE_ROWS, sample};
 use super::*;
 
 /// A `<text …>` element of exactly `text`, as plotters writes it.
@@ -30,26 +30,15 @@ fn text_y(svg: &str, text: &str) -> i32 {
 /// A red line two pixels wide: a breaker's (or the legend's).
 const RED_LINE: &str = "stroke=\"#D62728\" stroke-width=\"2\"";
 
-const ROWS: [&str; 8] = [
-    "c1 · nodes",
-    "c1 · services",
-    "c1 · identities",
-    "c1 · ipcache",
-    "c2 · nodes",
-    "c2 · services",
-    "c2 · identities",
-    "c2 · ipcache",
-];
-
 #[test]
 fn the_svg_draws_one_row_per_cluster_and_store_in_order() {
     let svg = svg(&layout::layout(&sample(false), "restart with the wait")).unwrap();
     assert!(svg.starts_with("<svg"), "{svg}");
     assert!(svg.contains(&element("restart with the wait")), "{svg}");
     // In document order and top to bottom: clusters by name, stores in status order.
-    let at = positions(&svg, &ROWS);
+    let at = positions(&svg, &SAMPLE_ROWS);
     assert!(at.windows(2).all(|w| w[0] < w[1]), "{at:?}");
-    let ys: Vec<i32> = ROWS.iter().map(|row| text_y(&svg, row)).collect();
+    let ys: Vec<i32> = SAMPLE_ROWS.iter().map(|row| text_y(&svg, row)).collect();
     assert!(ys.windows(2).all(|w| w[1] - w[0] == ROW_HEIGHT), "{ys:?}");
     // A bar per row in its store's colour, labelled with when it synced; no breaker.
     assert_eq!(
@@ -74,7 +63,7 @@ fn the_svg_draws_one_row_per_cluster_and_store_in_order() {
 fn the_svg_shows_a_breaker_that_fired_as_a_red_labelled_line() {
     let layout = layout::layout(&sample(true), "restart without the wait");
     let svg = svg(&layout).unwrap();
-    let at = positions(&svg, &ROWS);
+    let at = positions(&svg, &SAMPLE_ROWS);
     assert!(at.windows(2).all(|w| w[0] < w[1]), "{at:?}");
     let line = &layout.lines[0];
     assert_eq!(line.kind, LineKind::Breaker);
