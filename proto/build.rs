@@ -12,9 +12,10 @@ const PROTOS: &[&str] = &[
     "meshwork/agent/v1/agent.proto",
     "meshwork/agent/v1/datapath.proto",
     "meshwork/agent/v1/encrypt.proto",
+    "meshwork/agent/v1/ipam.proto",
     "meshwork/apiserver/v1/export.proto",
     "meshwork/kvstoremesh/v1/kvstoremesh.proto",
-    "meshwork/operator/v1/ipam.proto",
+    "meshwork/ipam/v1/ipam.proto",
 ];
 
 fn main() -> Result<(), Box<dyn Error>> {

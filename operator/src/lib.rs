@@ -9,7 +9,8 @@
 //! - [`node_allocator`]: per node, decides the next EC2 action from the cache and executes it.
 //! - [`cilium_node`]: the CiliumNode custom resource, and conversions into it.
 //! - [`node_store`]: where CiliumNodes live (Kubernetes or etcd) and the publishing rule.
-//! - [`grpc`]: the `NodeIpam` gRPC service: each node's published snapshot for its agent.
+//! - [`grpc`]: the `meshwork.ipam.v1.NodeIpam` gRPC service: a node registers its spec,
+//!   watches its published snapshots and reports its usage and release answers.
 //! - [`manager`]: the actors (`NodeManager`, `InstancesManager`), the worst-deficit queue,
 //!   passes, resync scheduling, and learning nodes from the store.
 

@@ -177,17 +177,18 @@ fn assert_clean(seen: &Arc<Mutex<Seen>>) {
     assert!(seen.violations.is_empty(), "{:?}", seen.violations);
 }
 
-/// The NodeIpam service serves node-a's published snapshot: every pool IP's ENI included.
+/// The NodeIpam service streams node-a's published snapshot: every pool IP's ENI included.
 async fn check_grpc(run: &Running) {
     use meshwork_operator::grpc::NodeIpamService;
-    use meshwork_proto::operator::v1::GetNodeIpamRequest;
-    use meshwork_proto::operator::v1::node_ipam_client::NodeIpamClient;
+    use meshwork_proto::ipam::v1::WatchNodeRequest;
+    use meshwork_proto::ipam::v1::node_ipam_client::NodeIpamClient;
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
-    let service = NodeIpamService::new(run.operator.nodes.clone().recipient());
+    let store = EtcdStore::new(run.client.clone());
+    let service = NodeIpamService::new(&run.operator.nodes, store, run.lab.ec2.clone());
     tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(service.into_server())
@@ -196,13 +197,19 @@ async fn check_grpc(run: &Running) {
     let mut client = NodeIpamClient::connect(format!("http://{addr}"))
         .await
         .expect("connect");
-    let snapshot = client
-        .get_node_ipam(GetNodeIpamRequest {
+    let mut stream = client
+        .watch_node(WatchNodeRequest {
             node: "node-a".to_owned(),
         })
         .await
         .expect("node-a")
         .into_inner();
+    // Published already: the first snapshot comes at once.
+    let snapshot = tokio::time::timeout(Duration::from_secs(5), stream.message())
+        .await
+        .expect("at once")
+        .expect("a stream")
+        .expect("a snapshot");
     assert_eq!(snapshot.pool.len(), 8);
     let enis: BTreeSet<&str> = snapshot.enis.iter().map(|e| e.id.as_str()).collect();
     assert!(
@@ -214,7 +221,7 @@ async fn check_grpc(run: &Running) {
     );
     assert!(!snapshot.generation.is_empty());
     let missing = client
-        .get_node_ipam(GetNodeIpamRequest {
+        .watch_node(WatchNodeRequest {
             node: "nope".to_owned(),
         })
         .await

@@ -9,8 +9,9 @@
 //!   publish their node and endpoints, operators declare global services.
 //! - [`kvstoremesh::v1`]: kvstoremesh's status (`meshwork.kvstoremesh.v1.KvstoreMesh`):
 //!   the remote clusters it caches, in the agent's shape, and the cache's state.
-//! - [`operator::v1`]: the operator's IPAM API for agents (`meshwork.operator.v1.NodeIpam`):
-//!   each node's published allocation as one consistent snapshot.
+//! - [`ipam::v1`]: the operator's IPAM API for agents (`meshwork.ipam.v1.NodeIpam`): a node
+//!   registers its CiliumNode spec, watches its published snapshots (status and pool of one
+//!   generation) and reports its usage and release answers.
 //! - [`standard`]: health and reflection, which every Meshwork gRPC server adds.
 //! - [`connect_unix`]: a tonic [`Channel`](tonic::transport::Channel) to a unix socket.
 
@@ -69,8 +70,8 @@ pub mod kvstoremesh {
     }
 }
 
-/// The operator's API, package `meshwork.operator.v1`.
-pub mod operator {
+/// The operator's IPAM API, package `meshwork.ipam.v1`.
+pub mod ipam {
     /// Version 1 of the operator's IPAM API.
     pub mod v1 {
         // Generated code, as for the agent's API.
@@ -81,6 +82,6 @@ pub mod operator {
             clippy::all,
             clippy::pedantic
         )]
-        tonic::include_proto!("meshwork.operator.v1");
+        tonic::include_proto!("meshwork.ipam.v1");
     }
 }

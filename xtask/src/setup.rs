@@ -71,6 +71,16 @@ const COMPONENTS: &[Component] = &[
     ),
     Component::program("nsenter", "util-linux", &["nsenter"], &["--version"]),
     Component::program("ps", "procps", &["ps"], &["--version"]),
+    // A real CNI runtime runs meshwork-cni in the tests: podman with its CNI backend (the
+    // tests give it their own containers.conf; nothing under /etc/containers is changed).
+    Component::program("podman", "podman", &["podman"], &["--version"]),
+    // crun refuses this host's hybrid cgroups (hugetlb on the v2 side); runc runs.
+    Component::program("runc", "runc", &["runc"], &["--version"]),
+    Component::file(
+        "CNI reference plugins",
+        "containernetworking-plugins",
+        "/usr/lib/cni/loopback",
+    ),
 ];
 
 /// The name of the venv's line in the report.

@@ -192,6 +192,37 @@ impl Ec2 {
         }
     }
 
+    /// The type of instance `instance_id` (one DescribeInstances), `None` when EC2 knows no
+    /// such instance.
+    pub async fn describe_instance_type(
+        &self,
+        instance_id: &str,
+    ) -> Result<Option<String>, Ec2Error> {
+        let request = self
+            .client
+            .describe_instances()
+            .instance_ids(instance_id)
+            .send();
+        match self.call("DescribeInstances", request).await {
+            Ok(page) => Ok(page
+                .reservations()
+                .iter()
+                .flat_map(|reservation| reservation.instances())
+                .find(|instance| instance.instance_id() == Some(instance_id))
+                .and_then(|instance| instance.instance_type())
+                .map(|instance_type| instance_type.as_str().to_owned())),
+            Err(err)
+                if matches!(
+                    err.code(),
+                    Some("InvalidInstanceID.NotFound" | "InvalidInstanceID.Malformed")
+                ) =>
+            {
+                Ok(None)
+            }
+            Err(err) => Err(err),
+        }
+    }
+
     /// Limits of the named instance types (every type if `types` is empty; EC2 takes at
     /// most 100 names).
     pub async fn describe_instance_types(

@@ -5,6 +5,8 @@
 //! - [`resync`]: when and how the describe cache is refreshed; GC of leaked ENIs.
 //! - [`node_actor`], [`instances_actor`]: the actix shells (`NodeManager`,
 //!   `InstancesManager`) that drive those.
+//! - [`snapshots`]: each node's published snapshots and their recent generations, for the
+//!   `NodeIpam` gRPC service.
 //! - [`watch`]: CiliumNode objects from the store, as events for the node manager.
 //!
 //! [`start`] wires them: the instances manager refreshes the shared cache and tells the node
@@ -15,6 +17,7 @@ pub mod node_actor;
 pub mod pass;
 pub mod queue;
 pub mod resync;
+pub mod snapshots;
 pub mod watch;
 
 use actix::{Actor, Addr};
@@ -23,10 +26,13 @@ use crate::model::Tags;
 use crate::node_store::NodeStore;
 
 pub use instances_actor::{CacheSynced, InstancesConfig, InstancesManager, Resync};
-pub use node_actor::{ConnectInstances, GetNodes, GetSnapshot, NodeEvent, NodeManager, Snapshot};
+pub use node_actor::{
+    CheckGeneration, ConnectInstances, GetNodes, NodeEvent, NodeManager, SubscribeSnapshots,
+};
 pub use pass::{LimitsCache, PassDeps, ReleaseConfig, SharedLimits};
 pub use queue::NodeQueue;
 pub use resync::ResyncFilter;
+pub use snapshots::{Generation, GenerationCheck, Published, Snapshots};
 
 /// Settings of the node manager.
 #[derive(Debug, Clone)]

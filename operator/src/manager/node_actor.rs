@@ -1,6 +1,8 @@
 //! The `NodeManager` actor: a thin shell over [`NodeQueue`] that learns nodes from the store
 //! watch, runs passes ([`pass::run`]) with bounded parallelism, wakes itself when a
-//! rate-limited node may pass again, and asks for a resync after mutations.
+//! rate-limited node may pass again, and asks for a resync after mutations; and over
+//! [`Snapshots`], which every object it comes to know goes through to the node's `NodeIpam`
+//! watchers.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, PoisonError};
@@ -15,6 +17,7 @@ use crate::node_store::NodeStore;
 use super::instances_actor::{CacheSynced, Resync};
 use super::pass::{self, PassDeps, PassResult, used_addresses};
 use super::queue::NodeQueue;
+use super::snapshots::{GenerationCheck, Published, Snapshots};
 
 /// Passes running at once by default (Cilium's `--parallel-alloc-workers`).
 pub const DEFAULT_PARALLEL_WORKERS: usize = 50;
@@ -25,6 +28,10 @@ pub const DEFAULT_PARALLEL_WORKERS: usize = 50;
 pub enum NodeEvent {
     /// A node was created or changed.
     Upsert(Box<CiliumNode>),
+    /// The operator wrote an agent's report onto a node: taken like [`Self::Upsert`], but
+    /// only for a node still driven (the store watch may have delivered its deletion
+    /// meanwhile, and a report must not bring it back).
+    Reported(Box<CiliumNode>),
     /// A node was deleted.
     Delete(String),
     /// A full listing ended; nodes not in it are gone.
@@ -41,25 +48,27 @@ pub struct ConnectInstances(pub Recipient<Resync>);
 #[rtype(result = "Vec<String>")]
 pub struct GetNodes;
 
-/// The latest published object of a node (for the `NodeIpam` gRPC service).
+/// A receiver of a node's published snapshots (for `NodeIpam/WatchNode`); `None` when the
+/// manager drives no node of that name.
 #[derive(Debug, Message)]
-#[rtype(result = "Snapshot")]
-pub struct GetSnapshot(pub String);
+#[rtype(result = "Option<tokio::sync::watch::Receiver<Published>>")]
+pub struct SubscribeSnapshots(pub String);
 
-/// The answer to [`GetSnapshot`].
-#[derive(Debug)]
-pub enum Snapshot {
-    /// No ENI node of that name.
-    Unknown,
-    /// Known, but nothing published yet.
-    Unpublished,
-    /// The newest stored object: status and pool of one generation.
-    Published(Box<CiliumNode>),
+/// Whether a generation is one of a node's recent snapshots (for `NodeIpam/ReportUsage`).
+#[derive(Debug, Message)]
+#[rtype(result = "GenerationCheck")]
+pub struct CheckGeneration {
+    /// The node.
+    pub node: String,
+    /// The generation the report answers.
+    pub generation: String,
 }
 
 /// The actor.
 pub struct NodeManager<S: NodeStore + Clone + Unpin + 'static> {
     queue: NodeQueue,
+    /// Each driven node's published snapshots, kept beside the queue's nodes.
+    snapshots: Snapshots,
     deps: Arc<PassDeps<S>>,
     workers: usize,
     running: usize,
@@ -78,6 +87,7 @@ impl<S: NodeStore + Clone + Unpin + 'static> NodeManager<S> {
     pub fn new(queue: NodeQueue, deps: PassDeps<S>, workers: usize) -> Self {
         Self {
             queue,
+            snapshots: Snapshots::new(),
             deps: Arc::new(deps),
             workers: workers.max(1),
             running: 0,
@@ -92,6 +102,24 @@ impl<S: NodeStore + Clone + Unpin + 'static> NodeManager<S> {
     /// Turns true once the EC2 cache and the node store have each been read in full.
     pub fn readiness(&self) -> tokio::sync::watch::Receiver<bool> {
         self.ready.subscribe()
+    }
+
+    fn upsert(&mut self, node: CiliumNode) {
+        let name = node.metadata.name.clone();
+        self.queue.upsert(node);
+        if let Some(name) = name {
+            self.sync_snapshots(&name);
+        }
+    }
+
+    /// Brings the node's snapshots in line with the queue's newest object of it.
+    fn sync_snapshots(&mut self, name: &str) {
+        match self.queue.latest(name) {
+            Some(node) => {
+                self.snapshots.observe(node);
+            }
+            None => self.snapshots.remove(name),
+        }
     }
 
     fn update_readiness(&self) {
@@ -121,7 +149,11 @@ impl<S: NodeStore + Clone + Unpin + 'static> NodeManager<S> {
             let work = async move { pass::run(&deps, next).await };
             ctx.spawn(work.into_actor(self).map(|result: PassResult, act, ctx| {
                 act.running -= 1;
-                if result.mutated
+                // A new instance is described at once, not at the next periodic resync.
+                let unknown = act
+                    .queue
+                    .instance_unknown(&result.name, result.instance_unknown);
+                if (result.mutated || unknown)
                     && let Some(instances) = &act.instances
                 {
                     instances.do_send(Resync);
@@ -133,6 +165,7 @@ impl<S: NodeStore + Clone + Unpin + 'static> NodeManager<S> {
                     result.published,
                     result.outcome,
                 );
+                act.sync_snapshots(&result.name);
                 act.drive(ctx);
             }));
         }
@@ -167,16 +200,27 @@ impl<S: NodeStore + Clone + Unpin + 'static> Handler<NodeEvent> for NodeManager<
 
     fn handle(&mut self, event: NodeEvent, ctx: &mut Context<Self>) {
         match event {
-            NodeEvent::Upsert(node) => {
-                self.queue.upsert(*node);
+            NodeEvent::Upsert(node) => self.upsert(*node),
+            NodeEvent::Reported(node) => {
+                if node
+                    .metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|name| self.queue.contains(name))
+                {
+                    self.upsert(*node);
+                }
             }
             NodeEvent::Delete(name) => {
                 if self.queue.remove(&name) {
                     tracing::info!(node = %name, "CiliumNode deleted; allocator stopped");
                 }
+                self.snapshots.remove(&name);
             }
             NodeEvent::Listed(names) => {
                 self.queue.retain(&names);
+                let queue = &self.queue;
+                self.snapshots.retain(|name| queue.contains(name));
                 self.listed = true;
                 self.update_readiness();
             }
@@ -214,21 +258,18 @@ impl<S: NodeStore + Clone + Unpin + 'static> Handler<GetNodes> for NodeManager<S
     }
 }
 
-impl<S: NodeStore + Clone + Unpin + 'static> Handler<GetSnapshot> for NodeManager<S> {
-    type Result = MessageResult<GetSnapshot>;
+impl<S: NodeStore + Clone + Unpin + 'static> Handler<SubscribeSnapshots> for NodeManager<S> {
+    type Result = Option<tokio::sync::watch::Receiver<Published>>;
 
-    fn handle(&mut self, query: GetSnapshot, _: &mut Context<Self>) -> Self::Result {
-        MessageResult(match self.queue.latest(&query.0) {
-            None => Snapshot::Unknown,
-            Some(node)
-                if node
-                    .status
-                    .as_ref()
-                    .is_none_or(|status| status.eni.enis.is_empty()) =>
-            {
-                Snapshot::Unpublished
-            }
-            Some(node) => Snapshot::Published(Box::new(node.clone())),
-        })
+    fn handle(&mut self, query: SubscribeSnapshots, _: &mut Context<Self>) -> Self::Result {
+        self.snapshots.subscribe(&query.0)
+    }
+}
+
+impl<S: NodeStore + Clone + Unpin + 'static> Handler<CheckGeneration> for NodeManager<S> {
+    type Result = MessageResult<CheckGeneration>;
+
+    fn handle(&mut self, query: CheckGeneration, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.snapshots.check(&query.node, &query.generation))
     }
 }

@@ -10,7 +10,7 @@ use crate::cilium_node::CiliumNode;
 use crate::ec2::Ec2;
 use crate::instances::{CacheAccess, SharedCache};
 use crate::limits::{Limits, LimitsTable};
-use crate::node_allocator::{AllocateError, NodeAllocator, ReleaseMap};
+use crate::node_allocator::{AllocateError, NodeAllocator, PlanError, ReleaseMap};
 use crate::node_store::{LiveNode, NodeStore, OperatorState, StoreError, compose};
 
 use super::queue::{Pass, PassOutcome};
@@ -114,6 +114,9 @@ pub struct PassResult {
     pub outcome: PassOutcome,
     /// Whether EC2 state changed (the cache should be refreshed).
     pub mutated: bool,
+    /// The describe cache knows no ENI of the node's instance: it is gone, or newer than
+    /// the last describe (a node that registers itself usually is).
+    pub instance_unknown: bool,
 }
 
 /// `status.ipam.used` as addresses.
@@ -198,6 +201,13 @@ pub async fn run<S: NodeStore>(deps: &PassDeps<S>, pass: Pass) -> PassResult {
         }
     }
     let mutated = ec2_failed || cache.with(|c| c.generation()) != generation;
+    let instance_unknown = matches!(
+        failure,
+        Some(AllocateError::Plan {
+            error: PlanError::InstanceNotFound { .. },
+            ..
+        })
+    );
     let error = failure
         .as_ref()
         .map(ToString::to_string)
@@ -240,5 +250,6 @@ pub async fn run<S: NodeStore>(deps: &PassDeps<S>, pass: Pass) -> PassResult {
         published,
         outcome,
         mutated,
+        instance_unknown,
     }
 }

@@ -28,6 +28,10 @@ struct Entry {
     not_before: Option<Instant>,
     /// Passes failed in a row with a transient error.
     failures: u32,
+    /// A resync was asked for because the cache knew no ENI of the node's instance; not
+    /// again until a pass finds the instance (or the node names another one), so a node
+    /// whose instance is gone costs one describe, not one a second.
+    asked_for_instance: bool,
 }
 
 /// A pass handed out by [`NodeQueue::next`]; give the allocator back with
@@ -99,12 +103,19 @@ impl NodeQueue {
     }
 
     /// A node was created or changed. Nodes without `spec.eni.instance-id` are not ENI nodes
-    /// and are ignored (and forgotten, if one lost its instance ID). Returns true if the
-    /// node now needs a pass.
+    /// and are ignored (and forgotten, if one lost its instance ID); a version older than
+    /// the one held is ignored. Returns true if the node now needs a pass.
     pub fn upsert(&mut self, node: CiliumNode) -> bool {
         let Some(name) = node.metadata.name.clone() else {
             return false;
         };
+        // A write the manager was told of directly can arrive before the store watch
+        // delivers an older version: never go back to it.
+        if let Some(entry) = self.nodes.get(&name)
+            && is_older(&node, &entry.latest)
+        {
+            return entry.dirty;
+        }
         if node.spec.eni.instance_id.is_empty() {
             self.remove(&name);
             return false;
@@ -113,6 +124,9 @@ impl NodeQueue {
         match self.nodes.get_mut(&name) {
             Some(entry) => {
                 let changed = inputs(&entry.latest) != inputs(&node);
+                if entry.latest.spec.eni.instance_id != node.spec.eni.instance_id {
+                    entry.asked_for_instance = false;
+                }
                 if let Some(allocator) = &mut entry.allocator
                     && allocator.spec() != &spec
                 {
@@ -132,6 +146,7 @@ impl NodeQueue {
                         dirty: true,
                         not_before: None,
                         failures: 0,
+                        asked_for_instance: false,
                     },
                 );
                 true
@@ -212,6 +227,19 @@ impl NodeQueue {
         })
     }
 
+    /// A pass found the describe cache knowing no ENI of the node's instance (`unknown`),
+    /// or knowing it. Returns true when a resync should be asked for: the first time the
+    /// instance is unknown (it may be newer than the last describe), not again until it was
+    /// found.
+    pub fn instance_unknown(&mut self, name: &str, unknown: bool) -> bool {
+        let Some(entry) = self.nodes.get_mut(name) else {
+            return false;
+        };
+        let ask = unknown && !entry.asked_for_instance;
+        entry.asked_for_instance = unknown;
+        ask
+    }
+
     /// When the next pass may start, if a node is waiting only for its interval.
     pub fn next_wake(&self) -> Option<Instant> {
         self.nodes
@@ -271,6 +299,17 @@ fn spec_with(node: &CiliumNode, prefix_delegation: bool) -> NodeSpec {
     let mut spec = node_spec(node);
     spec.prefix_delegation = prefix_delegation;
     spec
+}
+
+/// True if both objects carry a numeric resourceVersion and `node`'s is the smaller.
+fn is_older(node: &CiliumNode, than: &CiliumNode) -> bool {
+    let number = |node: &CiliumNode| {
+        node.metadata
+            .resource_version
+            .as_deref()
+            .and_then(|version| version.parse::<u64>().ok())
+    };
+    matches!((number(node), number(than)), (Some(new), Some(old)) if new < old)
 }
 
 /// The object's resourceVersion as a number (etcd revisions; Kubernetes' are opaque but

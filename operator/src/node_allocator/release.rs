@@ -152,21 +152,22 @@ impl ReleaseState {
     }
 
     /// `status.ipam.release-ips` to publish: the operator's states, except that an agent's
-    /// answer to a `marked-for-release` is kept as the agent wrote it.
+    /// answer to a `marked-for-release` is kept as the agent wrote it, and a `released`
+    /// entry the agent removed stays removed (it saw the address leave the pool: the
+    /// handshake is over, and [`Self::step`] forgets it on the next pass).
     pub fn publish(&self, agent: &ReleaseMap) -> ReleaseMap {
         self.status
             .iter()
-            .map(|(ip, state)| {
+            .filter_map(|(ip, state)| {
                 let key = ip.to_string();
-                let value = match agent.get(&key).map(String::as_str) {
-                    Some(answer @ (READY_FOR_RELEASE | DO_NOT_RELEASE))
-                        if *state == MARKED_FOR_RELEASE =>
-                    {
+                let value = match (agent.get(&key).map(String::as_str), *state) {
+                    (Some(answer @ (READY_FOR_RELEASE | DO_NOT_RELEASE)), MARKED_FOR_RELEASE) => {
                         answer.to_owned()
                     }
+                    (None, RELEASED) => return None,
                     _ => (*state).to_owned(),
                 };
-                (key, value)
+                Some((key, value))
             })
             .collect()
     }

@@ -10,7 +10,9 @@
 use meshwork_kvstore::{ConditionalPut, EtcdBackend};
 
 use super::publish::{Order, compose_in};
-use super::{LiveNode, MAX_ATTEMPTS, NodeStore, StoreError, name_of};
+use super::{
+    LiveNode, MAX_ATTEMPTS, NodeStore, Part, StoreError, UpdateError, Updated, guarded, name_of,
+};
 use crate::cilium_node::CiliumNode;
 
 /// The prefix of every CiliumNode key.
@@ -132,5 +134,39 @@ impl NodeStore for EtcdStore {
             name,
             attempts: MAX_ATTEMPTS,
         })
+    }
+
+    /// Spec and status are one value here, so `part` changes nothing: the whole object is
+    /// written in one transaction guarded by the revision it was read at.
+    async fn update<E, F>(
+        &self,
+        name: &str,
+        _part: Part,
+        mut change: F,
+    ) -> Result<Updated, UpdateError<E>>
+    where
+        E: Send,
+        F: FnMut(Option<&CiliumNode>) -> Result<Option<CiliumNode>, E> + Send,
+    {
+        let mut current = self.get(name).await?;
+        for _ in 0..MAX_ATTEMPTS {
+            let Some(desired) = change(current.as_ref()).map_err(UpdateError::Refused)? else {
+                return Ok(Updated::Unchanged(current));
+            };
+            let desired = guarded(name, current.as_ref(), desired);
+            match self.write(name, desired).await? {
+                Ok(node) => {
+                    let created = current.is_none();
+                    return Ok(Updated::Written { node, created });
+                }
+                // The transaction returned what is stored now (or that nothing is).
+                Err(now) => current = now,
+            }
+        }
+        Err(StoreError::Conflicts {
+            name: name.to_owned(),
+            attempts: MAX_ATTEMPTS,
+        }
+        .into())
     }
 }

@@ -11,7 +11,9 @@ use kube::Client;
 use kube::api::{Api, PostParams};
 
 use super::publish::{Order, compose_in};
-use super::{LiveNode, MAX_ATTEMPTS, NodeStore, StoreError, name_of};
+use super::{
+    LiveNode, MAX_ATTEMPTS, NodeStore, Part, StoreError, UpdateError, Updated, guarded, name_of,
+};
 use crate::cilium_node::CiliumNode;
 
 /// The Kubernetes backend.
@@ -69,6 +71,12 @@ fn is_conflict(err: &kube::Error) -> bool {
     matches!(err, kube::Error::Api(status) if status.is_conflict())
 }
 
+/// The object changed, appeared or went between the read and the write: read it again.
+fn is_stale_read(err: &kube::Error) -> bool {
+    matches!(err, kube::Error::Api(status)
+        if status.is_conflict() || status.is_already_exists() || status.is_not_found())
+}
+
 impl NodeStore for KubeStore {
     async fn get(&self, name: &str) -> Result<Option<CiliumNode>, StoreError> {
         Ok(self.api.get_opt(name).await?)
@@ -96,5 +104,49 @@ impl NodeStore for KubeStore {
             name,
             attempts: MAX_ATTEMPTS,
         })
+    }
+
+    /// One request per attempt: POST when there is no object, else PUT of the object
+    /// (spec) or of its status subresource, carrying the resourceVersion read; a 409 (or a
+    /// 404: deleted meanwhile) re-reads the object and recomputes.
+    async fn update<E, F>(
+        &self,
+        name: &str,
+        part: Part,
+        mut change: F,
+    ) -> Result<Updated, UpdateError<E>>
+    where
+        E: Send,
+        F: FnMut(Option<&CiliumNode>) -> Result<Option<CiliumNode>, E> + Send,
+    {
+        let params = PostParams::default();
+        let mut current = self.api.get_opt(name).await.map_err(StoreError::from)?;
+        for _ in 0..MAX_ATTEMPTS {
+            let Some(desired) = change(current.as_ref()).map_err(UpdateError::Refused)? else {
+                return Ok(Updated::Unchanged(current));
+            };
+            let desired = guarded(name, current.as_ref(), desired);
+            let written = match (&current, part) {
+                (None, _) => self.api.create(&params, &desired).await,
+                (Some(_), Part::Spec) => self.api.replace(name, &params, &desired).await,
+                (Some(_), Part::Status) => self.api.replace_status(name, &params, &desired).await,
+            };
+            match written {
+                Ok(node) => {
+                    let created = current.is_none();
+                    return Ok(Updated::Written { node, created });
+                }
+                Err(err) if is_stale_read(&err) => {
+                    tracing::debug!(node = %name, "CiliumNode changed meanwhile; re-reading");
+                    current = self.api.get_opt(name).await.map_err(StoreError::from)?;
+                }
+                Err(err) => return Err(StoreError::from(err).into()),
+            }
+        }
+        Err(StoreError::Conflicts {
+            name: name.to_owned(),
+            attempts: MAX_ATTEMPTS,
+        }
+        .into())
     }
 }

@@ -8,8 +8,9 @@ from proto/ by grpcio-tools, checks a running Meshwork server.
 It checks, through the standard clients, that every expected service is SERVING
 (grpc_health.v1) and that reflection (v1alpha with grpcio-reflection's descriptor database,
 and v1) lists exactly those services with the same methods as the stubs; then calls each
-service's read RPCs and sends malformed requests, which must get INVALID_ARGUMENT with a
-message that says what is wrong. One line per check; exit status 1 when any fails.
+service's read RPCs (for the operator, the first snapshot of a WatchNode stream) and sends
+malformed requests, which must get their error code with a message that says what is wrong
+(none of them writes anything). One line per check; exit status 1 when any fails.
 """
 
 import argparse
@@ -159,24 +160,40 @@ def check_agent(channel, args):
 
 
 def check_operator(channel, args):
-    ipam_pb2, ipam_grpc = stubs("meshwork.operator.v1.ipam_pb2")
-    services = ["meshwork.operator.v1.NodeIpam"]
+    ipam_pb2, ipam_grpc = stubs("meshwork.ipam.v1.ipam_pb2")
+    services = ["meshwork.ipam.v1.NodeIpam"]
     check_health(channel, services)
     check_reflection(channel, services, [ipam_pb2])
     ipam = ipam_grpc.NodeIpamStub(channel)
-    snapshot = ipam.GetNodeIpam(ipam_pb2.GetNodeIpamRequest(node=args.node), timeout=TIMEOUT_S)
+    # A server stream: the node's latest snapshot comes at once; take it and hang up.
+    watch = ipam.WatchNode(ipam_pb2.WatchNodeRequest(node=args.node), timeout=TIMEOUT_S)
+    snapshot = next(watch)
+    watch.cancel()
     enis = {eni.id for eni in snapshot.enis}
-    check("NodeIpam.GetNodeIpam", snapshot.node == args.node and len(snapshot.pool) > 0
+    check("NodeIpam.WatchNode", snapshot.node == args.node and len(snapshot.pool) > 0
           and all(ip.resource in enis for ip in snapshot.pool),
           f"{len(snapshot.pool)} pool IPs on {len(enis)} ENIs, generation {snapshot.generation}")
-    expect_code("NodeIpam.GetNodeIpam with an invalid name",
-                lambda: ipam.GetNodeIpam(ipam_pb2.GetNodeIpamRequest(node="Not A Node"),
-                                         timeout=TIMEOUT_S),
+    expect_code("NodeIpam.WatchNode with an invalid name",
+                lambda: next(ipam.WatchNode(ipam_pb2.WatchNodeRequest(node="Not A Node"),
+                                            timeout=TIMEOUT_S)),
                 grpc.StatusCode.INVALID_ARGUMENT, "is not a CiliumNode name")
-    expect_code("NodeIpam.GetNodeIpam of an unknown node",
-                lambda: ipam.GetNodeIpam(ipam_pb2.GetNodeIpamRequest(node="no-such-node"),
-                                         timeout=TIMEOUT_S),
+    expect_code("NodeIpam.WatchNode of an unknown node",
+                lambda: next(ipam.WatchNode(ipam_pb2.WatchNodeRequest(node="no-such-node"),
+                                            timeout=TIMEOUT_S)),
                 grpc.StatusCode.NOT_FOUND, "no-such-node")
+    bad_answer = ipam_pb2.ReportUsageRequest(node=args.node, generation=snapshot.generation,
+                                             release_answers={snapshot.pool[0].ip: "maybe"})
+    expect_code("NodeIpam.ReportUsage with a bad answer",
+                lambda: ipam.ReportUsage(bad_answer, timeout=TIMEOUT_S),
+                grpc.StatusCode.INVALID_ARGUMENT, '"maybe"')
+    expect_code("NodeIpam.ReportUsage of a generation never published",
+                lambda: ipam.ReportUsage(ipam_pb2.ReportUsageRequest(node=args.node, generation="0"),
+                                         timeout=TIMEOUT_S),
+                grpc.StatusCode.FAILED_PRECONDITION, snapshot.generation)
+    expect_code("NodeIpam.RegisterNode without an instance",
+                lambda: ipam.RegisterNode(ipam_pb2.RegisterNodeRequest(node=args.node),
+                                          timeout=TIMEOUT_S),
+                grpc.StatusCode.INVALID_ARGUMENT, "instance_id")
 
 
 def check_apiserver(channel, args):

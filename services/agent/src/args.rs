@@ -74,7 +74,9 @@ pub struct Args {
     #[arg(long, env = "K8S_NODE_NAME", value_name = "NAME")]
     pub node_name: Option<String>,
 
-    /// This node's IPv4 pod CIDR, published with the node (its endpoints' IPs are in it).
+    /// This node's IPv4 pod CIDR, published with the node (its endpoints' IPs are in it);
+    /// with `--ipam cluster-pool`, the CIDR pod IPs are handed out from (the first host
+    /// address is the router IP).
     #[arg(long, value_name = "CIDR")]
     pub ipv4_alloc_cidr: Option<String>,
 
@@ -94,6 +96,10 @@ pub struct Args {
     /// Private key (PEM) of `--apiserver-cert-file`.
     #[arg(long, value_name = "FILE", requires = "apiserver_cert_file")]
     pub apiserver_key_file: Option<PathBuf>,
+
+    /// IPAM.
+    #[command(flatten)]
+    pub ipam: crate::ipam::args::IpamArgs,
 
     /// WireGuard.
     #[command(flatten)]
@@ -151,6 +157,17 @@ impl Args {
                 ));
             }
         }
+        self.ipam.validate(self.ipv4_alloc_cidr.as_deref())?;
+        if self.ipam.ipam == Some(crate::ipam::args::IpamMode::Eni) {
+            // The operator names the CiliumNode after it; the host name may not fit.
+            let name = self.node_name();
+            meshwork_types::validate_node_name(&name).map_err(|why| {
+                ArgsError::new(
+                    "node-name",
+                    &format!("{name:?} (the CiliumNode --ipam eni registers): {why}"),
+                )
+            })?;
+        }
         Ok(())
     }
 
@@ -196,7 +213,7 @@ pub struct ArgsError {
 }
 
 impl ArgsError {
-    fn new(flag: &'static str, message: &dyn std::fmt::Display) -> Self {
+    pub(crate) fn new(flag: &'static str, message: &dyn std::fmt::Display) -> Self {
         Self {
             flag,
             message: message.to_string(),

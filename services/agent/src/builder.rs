@@ -17,7 +17,13 @@
 //!    maps, WireGuard's garbage collection), which needs [`KnownClusters`];
 //! 7. [`Armed::serve`]: the API and the metrics served; the agent is running. Its gRPC health
 //!    says `NOT_SERVING` until the start-up sync wait has returned (synced, or the breaker
-//!    fired), `SERVING` after, and `NOT_SERVING` again once [`Agent::shutdown`] begins.
+//!    fired) and, with `--ipam`, the IPAM is ready (the router IP allocated: in ENI mode once
+//!    the pool held `required` IPs), `SERVING` after, and `NOT_SERVING` again once
+//!    [`Agent::shutdown`] begins.
+//!
+//! The IPAM (`--ipam`) opens with the devices (phase 2): its checkpoint is restored there, so
+//! a corrupt one fails the start, and in ENI mode the operator session starts at once, so
+//! snapshots arrive while the mesh loads.
 
 use std::io;
 use std::path::PathBuf;
@@ -44,6 +50,7 @@ use meshwork_kvstore::KvstoreMetrics;
 use meshwork_proto::agent::v1::agent_server::{self, AgentServer};
 use meshwork_proto::agent::v1::datapath_server::{self, DatapathServer};
 use meshwork_proto::agent::v1::encrypt_server::{self, EncryptServer};
+use meshwork_proto::agent::v1::ipam_server::{self, IpamServer};
 use meshwork_proto::apiserver::v1 as apiserver_pb;
 use meshwork_proto::{Readiness, StandardServices};
 use meshwork_wireguard::local_node::LocalNode;
@@ -57,6 +64,8 @@ use crate::args::{Args, ArgsError};
 use crate::datapath::endpoint_manager::{self, EndpointSettings};
 use crate::datapath::writer_actor;
 use crate::datapath::{Datapath, DatapathError, OpenMaps, published_endpoint};
+use crate::ipam::service::IpamApi;
+use crate::ipam::{Ipam, IpamError, IpamSettings};
 use crate::publisher::Publisher;
 use crate::wireguard::actor::{self as wireguard_actor, ArmGc, WireGuard};
 use crate::wireguard::{EncryptApi, OpenDevice, WireguardError};
@@ -99,6 +108,9 @@ pub enum StartError {
     /// WireGuard could not be set up.
     #[error(transparent)]
     Wireguard(#[from] WireguardError),
+    /// The IPAM could not be set up.
+    #[error(transparent)]
+    Ipam(#[from] IpamError),
     /// The mesh actor stopped during start-up.
     #[error("the cluster mesh stopped during start-up")]
     MeshGone,
@@ -108,6 +120,7 @@ pub enum StartError {
 pub struct AgentBuilder {
     args: Args,
     settings: MeshSettings,
+    ipam_settings: IpamSettings,
     observers: Vec<Recipient<RemoteEvents>>,
 }
 
@@ -120,8 +133,15 @@ impl AgentBuilder {
         Self {
             args,
             settings,
+            ipam_settings: IpamSettings::default(),
             observers: Vec::new(),
         }
+    }
+
+    /// Changes the IPAM's pacing (tests shorten the operator reconnects).
+    pub fn ipam_settings(mut self, change: impl FnOnce(&mut IpamSettings)) -> Self {
+        change(&mut self.ipam_settings);
+        self
     }
 
     /// Changes the remote clusters' connection settings (tests shorten the retries).
@@ -142,6 +162,7 @@ impl AgentBuilder {
         let Self {
             args,
             mut settings,
+            ipam_settings,
             observers,
         } = self;
         // Offset 0 of the restart timeline.
@@ -158,12 +179,12 @@ impl AgentBuilder {
             None => None,
         };
         let mut registry = Registry::with_prefix("meshwork");
-        let devices = Devices::open(&args, &mut registry)?;
+        let devices = Devices::open(&args, &ipam_settings, &mut registry)?;
         let consumers = devices.start(&args, timeline);
         let mesh = consumers.start_mesh(&args, settings, observers, &mut registry);
         let (mesh, known) = mesh.load(initial).await?;
         let armed = mesh.arm(&args, &known);
-        let agent = armed.serve(listeners, registry).await;
+        let agent = armed.serve(listeners, registry, &ipam_settings).await;
         tracing::info!(cluster = %args.cluster_name, socket = %args.api_socket().display(), "meshwork-agent running");
         Ok(agent)
     }
@@ -231,12 +252,18 @@ pub struct Devices {
     datapath: Option<OpenMaps>,
     wireguard: Option<OpenDevice>,
     publisher: Option<Publisher>,
+    ipam: Option<Ipam>,
 }
 
 impl Devices {
-    /// Recreates the ipcache and opens the service maps (unless the datapath is off), and
-    /// brings the WireGuard device up (when enabled).
-    pub fn open(args: &Args, registry: &mut Registry) -> Result<Self, StartError> {
+    /// Recreates the ipcache and opens the service maps (unless the datapath is off), brings
+    /// the WireGuard device up (when enabled), and opens the IPAM (with `--ipam`: its
+    /// checkpoint restored, its operator session started).
+    pub fn open(
+        args: &Args,
+        ipam_settings: &IpamSettings,
+        registry: &mut Registry,
+    ) -> Result<Self, StartError> {
         let datapath = if args.enable_bpf_datapath {
             Some(OpenMaps::recreate(&args.bpf_root, args.node_ip)?)
         } else {
@@ -252,10 +279,12 @@ impl Devices {
             }
             None => None,
         };
+        let ipam = crate::ipam::open(args, registry, ipam_settings)?;
         Ok(Self {
             datapath,
             wireguard,
             publisher,
+            ipam,
         })
     }
 
@@ -284,6 +313,7 @@ impl Devices {
             wireguard: self.wireguard.map(|device| device.start(acks)),
             barrier,
             publisher: self.publisher,
+            ipam: self.ipam,
             timeline,
         }
     }
@@ -296,6 +326,7 @@ pub struct Consumers {
     datapath: Option<Datapath>,
     wireguard: Option<Addr<WireGuard>>,
     publisher: Option<Publisher>,
+    ipam: Option<Ipam>,
     timeline: TimelineRecorder,
 }
 
@@ -391,8 +422,14 @@ pub struct Armed(Mesh);
 
 impl Armed {
     /// Serves the API (with gRPC health and reflection) on the bound socket and the metrics
-    /// on the bound port; the health turns `SERVING` once the start-up sync wait returns.
-    pub async fn serve(self, mut listeners: Listeners, registry: Registry) -> Agent {
+    /// on the bound port; the health turns `SERVING` once the start-up sync wait returns and
+    /// the IPAM (if any) is ready.
+    pub async fn serve(
+        self,
+        mut listeners: Listeners,
+        registry: Registry,
+        ipam_settings: &IpamSettings,
+    ) -> Agent {
         let Mesh {
             consumers,
             mesh,
@@ -406,11 +443,18 @@ impl Armed {
         if consumers.datapath.is_some() {
             served.push(datapath_server::SERVICE_NAME);
         }
+        if consumers.ipam.is_some() {
+            served.push(ipam_server::SERVICE_NAME);
+        }
         let (standard, readiness) = StandardServices::new(&served).await;
         let becoming_ready = tokio::spawn(ready_after_sync(
             consumers.barrier.clone(),
             readiness.clone(),
             consumers.timeline.clone(),
+            consumers
+                .ipam
+                .clone()
+                .map(|ipam| (ipam, ipam_settings.progress_interval)),
         ));
         let api = LocalApi {
             mesh: mesh.clone(),
@@ -425,12 +469,20 @@ impl Armed {
                 listener,
                 api,
                 EncryptApi(consumers.wireguard.clone()),
+                consumers.ipam.clone().map(IpamApi),
                 standard,
                 shutdown.clone(),
             ));
         }
         if let Some(metrics) = listeners.metrics.take() {
-            let refresh: Refresh = Arc::new(refresh_metrics(mesh.clone(), mesh_metrics));
+            let mesh_refresh = refresh_metrics(mesh.clone(), mesh_metrics);
+            let ipam = consumers.ipam.clone();
+            let refresh: Refresh = Arc::new(move || {
+                if let Some(ipam) = &ipam {
+                    ipam.refresh_metrics();
+                }
+                mesh_refresh()
+            });
             servers.push(metrics.serve(registry, Some(refresh), shutdown.clone()));
         }
         Agent {
@@ -441,6 +493,7 @@ impl Armed {
             datapath: consumers.datapath,
             wireguard: consumers.wireguard,
             publisher: consumers.publisher,
+            ipam: consumers.ipam,
             shutdown,
             servers,
             readiness,
@@ -451,22 +504,36 @@ impl Armed {
 }
 
 /// Reports the agent ready once the start-up wait for every kind has returned, as
-/// `meshctl status --wait` sees it: synced, or the breaker fired.
+/// `meshctl status --wait` sees it (synced, or the breaker fired), and the IPAM, if any, is
+/// ready (its progress logged every `interval` meanwhile).
 async fn ready_after_sync(
     barrier: Addr<SyncBarrierActor>,
     readiness: Readiness,
     timeline: TimelineRecorder,
+    ipam: Option<(Ipam, Duration)>,
 ) {
-    for kind in [SyncKind::Nodes, SyncKind::Services, SyncKind::IpIdentities] {
-        let Ok(wait) = barrier.send(GetMeshWait::all(kind)).await else {
-            return;
-        };
-        let outcome = wait.wait(None).await;
-        timeline.wait_returned(Waiter::Readiness, kind, &outcome);
-        if let Err(err) = outcome {
-            tracing::warn!(%err, "the start-up sync wait failed; the agent stays NOT_SERVING");
-            return;
+    let mesh = async {
+        for kind in [SyncKind::Nodes, SyncKind::Services, SyncKind::IpIdentities] {
+            let Ok(wait) = barrier.send(GetMeshWait::all(kind)).await else {
+                return false;
+            };
+            let outcome = wait.wait(None).await;
+            timeline.wait_returned(Waiter::Readiness, kind, &outcome);
+            if let Err(err) = outcome {
+                tracing::warn!(%err, "the start-up sync wait failed; the agent stays NOT_SERVING");
+                return false;
+            }
         }
+        true
+    };
+    let ipam = async {
+        if let Some((ipam, interval)) = &ipam {
+            ipam.wait_ready(*interval).await;
+        }
+    };
+    let (synced, ()) = tokio::join!(mesh, ipam);
+    if !synced {
+        return;
     }
     readiness.ready().await;
     tracing::info!("meshwork-agent ready (gRPC health SERVING)");
@@ -476,16 +543,19 @@ fn serve_api(
     listener: UnixListener,
     api: LocalApi,
     encrypt: EncryptApi,
+    ipam: Option<IpamApi>,
     standard: StandardServices,
     shutdown: CancellationToken,
 ) -> JoinHandle<()> {
     let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
     let datapath = api.datapath.clone().map(DatapathServer::new);
+    let ipam = ipam.map(IpamServer::new);
     tokio::spawn(async move {
         let router = tonic::transport::Server::builder()
             .add_service(AgentServer::new(api))
             .add_optional_service(datapath)
-            .add_service(EncryptServer::new(encrypt));
+            .add_service(EncryptServer::new(encrypt))
+            .add_optional_service(ipam);
         let served = standard
             .add_to(router)
             .serve_with_incoming_shutdown(incoming, shutdown.cancelled_owned())
@@ -547,6 +617,7 @@ pub struct Agent {
     datapath: Option<Datapath>,
     wireguard: Option<Addr<WireGuard>>,
     publisher: Option<Publisher>,
+    ipam: Option<Ipam>,
     shutdown: CancellationToken,
     servers: Vec<JoinHandle<()>>,
     readiness: Readiness,
@@ -580,6 +651,11 @@ impl Agent {
         self.wireguard.as_ref()
     }
 
+    /// The IPAM, with `--ipam`.
+    pub fn ipam(&self) -> Option<&Ipam> {
+        self.ipam.as_ref()
+    }
+
     /// Applies a config directory change, as the watcher would (for agents started without
     /// `--clustermesh-config`); answers once the mesh has taken it.
     pub async fn configure(&self, event: ClusterConfigEvent) {
@@ -608,6 +684,10 @@ impl Agent {
         if let Some(publisher) = &self.publisher {
             // The session ends; the apiserver keeps the node's entries for its grace.
             publisher.stop();
+        }
+        if let Some(ipam) = &self.ipam {
+            // The operator session ends; the allocations stay in the checkpoint.
+            ipam.stop();
         }
         if let Some(watcher) = &self.watcher {
             let _ = watcher.send(StopWatching).await;

@@ -7,11 +7,13 @@
 //! - [`datapath`]: the `DatapathWriter` and `EndpointManager` actors, the Datapath API.
 //! - [`wireguard`]: the `WireGuard` actor, the Encrypt API.
 //! - [`publisher`]: this node and its endpoints published to the cluster's apiserver.
+//! - [`ipam`]: pod IPs (`--ipam eni | cluster-pool`), the operator session, the Ipam API.
 
 pub mod api;
 pub mod args;
 pub mod builder;
 pub mod datapath;
+pub mod ipam;
 pub mod publisher;
 pub mod wireguard;
 

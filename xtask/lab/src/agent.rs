@@ -159,6 +159,125 @@ impl AgentOptions {
     }
 }
 
+/// The agent's `--ipam eni` flags: what an ENI test (the real operator over moto) sets.
+#[derive(Debug, Clone, Default)]
+pub struct EniIpam {
+    /// `--operator-addr`: `http://HOST:PORT`, or `https://…` with [`EniIpam::tls`].
+    pub operator_addr: String,
+    /// `--eni-instance-id`.
+    pub instance_id: String,
+    /// `--node-name`: the CiliumNode registered (and the client certificate's CN with
+    /// mTLS); `None` leaves the agent's default (the host name).
+    pub node_name: Option<String>,
+    /// `--eni-instance-type`.
+    pub instance_type: Option<String>,
+    /// `--eni-subnet-tags`.
+    pub subnet_tags: Vec<(String, String)>,
+    /// `--eni-security-group-tags`.
+    pub security_group_tags: Vec<(String, String)>,
+    /// `--eni-first-interface-index`.
+    pub first_interface_index: Option<u32>,
+    /// `--ipam-pre-allocate`.
+    pub pre_allocate: Option<u32>,
+    /// `--ipam-min-allocate`.
+    pub min_allocate: Option<u32>,
+    /// `--ipam-max-allocate`.
+    pub max_allocate: Option<u32>,
+    /// `--ipam-max-above-watermark`.
+    pub max_above_watermark: Option<u32>,
+    /// `--operator-tls-ca`, and the client pair `--operator-tls-cert`/`--operator-tls-key`.
+    pub tls: Option<OperatorTls>,
+}
+
+/// The agent's TLS to the operator.
+#[derive(Debug, Clone)]
+pub struct OperatorTls {
+    /// `--operator-tls-ca`.
+    pub ca: PathBuf,
+    /// `--operator-tls-cert` and `--operator-tls-key`, for mTLS.
+    pub client: Option<(PathBuf, PathBuf)>,
+}
+
+impl EniIpam {
+    /// ENI IPAM for `instance_id` from the operator at `operator_addr`, everything else the
+    /// operator's defaults.
+    pub fn new(operator_addr: &str, instance_id: &str) -> Self {
+        Self {
+            operator_addr: operator_addr.to_owned(),
+            instance_id: instance_id.to_owned(),
+            ..Self::default()
+        }
+    }
+
+    /// The flags.
+    pub fn flags(&self) -> Vec<OsString> {
+        let mut flags: Vec<OsString> = vec![
+            "--ipam".into(),
+            "eni".into(),
+            "--operator-addr".into(),
+            self.operator_addr.clone().into(),
+            "--eni-instance-id".into(),
+            self.instance_id.clone().into(),
+        ];
+        let mut flag = |name: &str, value: OsString| {
+            flags.push(format!("--{name}").into());
+            flags.push(value);
+        };
+        let tags = |tags: &[(String, String)]| -> OsString {
+            tags.iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(",")
+                .into()
+        };
+        if let Some(node) = &self.node_name {
+            flag("node-name", node.into());
+        }
+        if let Some(instance_type) = &self.instance_type {
+            flag("eni-instance-type", instance_type.into());
+        }
+        if !self.subnet_tags.is_empty() {
+            flag("eni-subnet-tags", tags(&self.subnet_tags));
+        }
+        if !self.security_group_tags.is_empty() {
+            flag("eni-security-group-tags", tags(&self.security_group_tags));
+        }
+        for (name, value) in [
+            ("eni-first-interface-index", self.first_interface_index),
+            ("ipam-pre-allocate", self.pre_allocate),
+            ("ipam-min-allocate", self.min_allocate),
+            ("ipam-max-allocate", self.max_allocate),
+            ("ipam-max-above-watermark", self.max_above_watermark),
+        ] {
+            if let Some(value) = value {
+                flag(name, value.to_string().into());
+            }
+        }
+        if let Some(tls) = &self.tls {
+            flag("operator-tls-ca", tls.ca.clone().into());
+            if let Some((cert, key)) = &tls.client {
+                flag("operator-tls-cert", cert.clone().into());
+                flag("operator-tls-key", key.clone().into());
+            }
+        }
+        flags
+    }
+}
+
+impl AgentOptions {
+    /// Hands out pod IPs from `cidr` (`--ipam cluster-pool --ipv4-alloc-cidr CIDR`); the
+    /// agent serves `meshwork.agent.v1.Ipam` on its socket.
+    pub fn ipam_cluster_pool(self, cidr: &str) -> Self {
+        self.flags(["--ipam", "cluster-pool", "--ipv4-alloc-cidr", cidr])
+    }
+
+    /// Hands out pod IPs from the operator's ENIs (`--ipam eni` and `eni`'s flags). The
+    /// agent says it runs at once; its health turns SERVING once its pool is ready.
+    pub fn ipam_eni(self, eni: &EniIpam) -> Self {
+        self.flags(eni.flags())
+    }
+}
+
 /// A running agent process, stopped (SIGTERM, then SIGKILL) when dropped.
 #[derive(Debug)]
 pub struct AgentProcess {

@@ -11,10 +11,9 @@ use std::time::{Duration, Instant};
 
 use actix::Arbiter;
 use anyhow::{Context, bail};
-use aws_sdk_ec2::config::{BehaviorVersion, Credentials, Region};
-use aws_sdk_ec2::types::InstanceType;
 use meshwork_kvstore::etcd::DEFAULT_PAGE_SIZE;
 use meshwork_kvstore::{EtcdBackend, WatchStoreOptions};
+use meshwork_lab::eni_scene::{EniScene, INSTANCE_TYPE, REGION, ZONE};
 use meshwork_lab::etcd::{EtcdOptions, EtcdServer};
 use meshwork_lab::moto::MotoServer;
 use meshwork_lab::wait::Wait;
@@ -34,8 +33,6 @@ use crate::measure::{Rounds, odd_rounds};
 /// Goals of the issue: mutating calls per node, and wall time over the floor.
 const GOAL_MUTATING: f64 = 3.0;
 const GOAL_RATIO: f64 = 1.20;
-const REGION: &str = "us-east-1";
-const ZONE: &str = "us-east-1a";
 /// EC2 actions that change something.
 const MUTATING: &[&str] = &[
     "CreateNetworkInterface",
@@ -70,79 +67,10 @@ pub struct Args {
     rounds: usize,
 }
 
-struct Scene {
-    sdk: aws_sdk_ec2::Client,
-    vpc: String,
-    instances: Vec<String>,
-}
-
-/// A VPC with a /20 subnet (room for every node's ENIs) and the instances.
-async fn scene(moto: &MotoServer, nodes: usize) -> anyhow::Result<Scene> {
-    let config = aws_sdk_ec2::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .region(Region::new(REGION))
-        .endpoint_url(moto.endpoint())
-        .credentials_provider(Credentials::new("testing", "testing", None, None, "bench"))
-        .build();
-    let sdk = aws_sdk_ec2::Client::from_conf(config);
-    let vpc = sdk.create_vpc().cidr_block("10.213.0.0/16").send().await?;
-    let vpc = vpc
-        .vpc()
-        .and_then(|v| v.vpc_id())
-        .context("VPC ID")?
-        .to_owned();
-    let subnet = sdk
-        .create_subnet()
-        .vpc_id(&vpc)
-        .cidr_block("10.213.0.0/20")
-        .availability_zone(ZONE)
-        .send()
-        .await?;
-    let subnet = subnet
-        .subnet()
-        .and_then(|s| s.subnet_id())
-        .context("subnet ID")?
-        .to_owned();
-    let group = sdk
-        .create_security_group()
-        .vpc_id(&vpc)
-        .group_name("nodes")
-        .description("nodes")
-        .send()
-        .await?;
-    let group = group.group_id().context("group ID")?.to_owned();
-    let count = i32::try_from(nodes)?;
-    let run = sdk
-        .run_instances()
-        .image_id("ami-12345678")
-        .min_count(count)
-        .max_count(count)
-        .instance_type(InstanceType::M5Large)
-        .subnet_id(&subnet)
-        .security_group_ids(&group)
-        .send()
-        .await?;
-    let instances = run
-        .instances()
-        .iter()
-        .filter_map(|i| i.instance_id().map(str::to_owned))
-        .collect::<Vec<_>>();
-    anyhow::ensure!(
-        instances.len() == nodes,
-        "moto ran {} instances",
-        instances.len()
-    );
-    Ok(Scene {
-        sdk,
-        vpc,
-        instances,
-    })
-}
-
-fn node(name: &str, instance: &str, scene: &Scene, pre: i64) -> CiliumNode {
+fn node(name: &str, instance: &str, scene: &EniScene, pre: i64) -> CiliumNode {
     let mut spec = CiliumNodeSpec::default();
     spec.eni.instance_id = instance.to_owned();
-    spec.eni.instance_type = "m5.large".to_owned();
+    spec.eni.instance_type = INSTANCE_TYPE.to_owned();
     // Device 0 is the instance's own; every node gets a new ENI, as a fresh node in Cilium.
     spec.eni.first_interface_index = Some(1);
     spec.eni.vpc_id.clone_from(&scene.vpc);
@@ -221,7 +149,8 @@ async fn round(moto: &MotoServer, args: &Args) -> anyhow::Result<Round> {
         ..EtcdOptions::default()
     })?;
     let backend = crate::load::connect(&etcd.endpoint()).await?;
-    let scene = scene(moto, args.nodes).await?;
+    // A /20: room for every node's ENIs.
+    let scene = EniScene::create(moto, "10.213.0.0/20", INSTANCE_TYPE, args.nodes).await?;
     for (index, instance) in scene.instances.iter().enumerate() {
         let name = format!("node-{index:03}");
         let object = node(&name, instance, &scene, args.pre_allocate);

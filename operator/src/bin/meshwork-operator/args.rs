@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand};
 use meshwork_kvstore::EtcdConfig;
+use meshwork_operator::grpc::tls::TlsFiles;
 use meshwork_operator::limits::{Limits, LimitsTable};
 use meshwork_operator::model::Tags;
 
@@ -137,10 +138,31 @@ pub struct RunArgs {
     /// `/healthz` (empty disables).
     #[arg(long, default_value = "127.0.0.1:9963")]
     pub prometheus_serve_addr: String,
-    /// Address of the `meshwork.operator.v1.NodeIpam` gRPC service, which serves each node
-    /// its published allocation as one snapshot (empty disables).
-    #[arg(long, default_value = "")]
+    /// Address of the `meshwork.ipam.v1.NodeIpam` gRPC service (with health and
+    /// reflection), for agents: a node registers its CiliumNode spec, watches its published
+    /// snapshots (status and pool of one stored generation) and reports the IPs it handed
+    /// out and its release answers. Empty disables it.
+    #[arg(long, default_value = "", value_name = "ADDR")]
     pub grpc_serve_addr: String,
+    /// Server certificate (PEM: the leaf, then any intermediates) of the gRPC endpoint: TLS
+    /// instead of plaintext. Requires `--grpc-tls-key` and `--grpc-serve-addr`.
+    #[arg(long, value_name = "FILE", requires = "grpc_tls_key")]
+    pub grpc_tls_cert: Option<PathBuf>,
+    /// Private key (PEM) of `--grpc-tls-cert`.
+    #[arg(long, value_name = "FILE", requires = "grpc_tls_cert")]
+    pub grpc_tls_key: Option<PathBuf>,
+    /// CA (PEM) that signs the agents' client certificates: mTLS. A client must present a
+    /// certificate it signed (the handshake refuses one without), and may register, watch
+    /// and report only the node its certificate's subject CN names (PERMISSION_DENIED
+    /// otherwise). Requires `--grpc-tls-cert`.
+    #[arg(long, value_name = "FILE", requires = "grpc_tls_cert")]
+    pub grpc_tls_client_ca: Option<PathBuf>,
+    /// TEST ONLY, never in production: the first `WatchNode` watcher of NODE to get a
+    /// snapshot with a pool gets, once, a broken one first (a pool IP naming an ENI the
+    /// snapshot lacks, as Cilium's ordering bug produced), then the real one; for testing
+    /// that an agent waits it out.
+    #[arg(long, value_name = "NODE", hide = true)]
+    pub test_hook_inconsistent_snapshot: Option<String>,
 }
 
 /// Where the CiliumNodes live.
@@ -205,8 +227,33 @@ impl RunArgs {
 
     /// The gRPC address, if enabled.
     pub fn grpc_addr(&self) -> anyhow::Result<Option<SocketAddr>> {
-        optional_addr("--grpc-serve-addr", &self.grpc_serve_addr)
+        let addr = optional_addr("--grpc-serve-addr", &self.grpc_serve_addr)?;
+        if addr.is_none() && self.grpc_tls_cert.is_some() {
+            bail!("--grpc-tls-cert needs --grpc-serve-addr: the gRPC endpoint is off");
+        }
+        Ok(addr)
     }
+
+    /// The gRPC endpoint's TLS, read from the files; `None` without `--grpc-tls-cert`.
+    pub fn grpc_tls(&self) -> anyhow::Result<Option<TlsFiles>> {
+        let (Some(cert), Some(key)) = (&self.grpc_tls_cert, &self.grpc_tls_key) else {
+            return Ok(None);
+        };
+        let client_ca = self
+            .grpc_tls_client_ca
+            .as_deref()
+            .map(|ca| read("--grpc-tls-client-ca", ca))
+            .transpose()?;
+        Ok(Some(TlsFiles {
+            cert: read("--grpc-tls-cert", cert)?,
+            key: read("--grpc-tls-key", key)?,
+            client_ca,
+        }))
+    }
+}
+
+fn read(flag: &str, path: &std::path::Path) -> anyhow::Result<Vec<u8>> {
+    std::fs::read(path).with_context(|| format!("{flag} {}", path.display()))
 }
 
 fn optional_addr(flag: &str, text: &str) -> anyhow::Result<Option<SocketAddr>> {
@@ -355,6 +402,79 @@ mod tests {
             let args = std::iter::once("meshwork-operator").chain(partial.iter().copied());
             assert!(Cli::try_parse_from(args).is_err(), "{partial:?}");
         }
+    }
+
+    #[test]
+    fn grpc_tls_flags_come_as_cert_and_key_and_need_the_endpoint() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        for name in ["tls.crt", "tls.key", "ca.crt"] {
+            std::fs::write(dir.path().join(name), name).expect("write");
+        }
+        let file = |name: &str| dir.path().join(name).to_string_lossy().into_owned();
+        let (cert, key, ca) = (file("tls.crt"), file("tls.key"), file("ca.crt"));
+        let cli = Cli::parse_from([
+            "meshwork-operator",
+            "--grpc-serve-addr",
+            "127.0.0.1:9000",
+            "--grpc-tls-cert",
+            &cert,
+            "--grpc-tls-key",
+            &key,
+            "--grpc-tls-client-ca",
+            &ca,
+        ]);
+        let tls = cli.run.grpc_tls().expect("readable").expect("TLS");
+        assert_eq!(
+            (tls.cert.as_slice(), tls.key.as_slice()),
+            (&b"tls.crt"[..], &b"tls.key"[..])
+        );
+        assert!(tls.node_is_cn(), "a client CA turns on mTLS");
+        assert!(cli.run.grpc_addr().expect("addr").is_some());
+        for partial in [
+            &["--grpc-tls-cert", "c"][..],
+            &["--grpc-tls-key", "k"][..],
+            &["--grpc-tls-client-ca", "ca"][..],
+        ] {
+            let args = std::iter::once("meshwork-operator").chain(partial.iter().copied());
+            assert!(Cli::try_parse_from(args).is_err(), "{partial:?}");
+        }
+        let no_endpoint = Cli::parse_from([
+            "meshwork-operator",
+            "--grpc-tls-cert",
+            &cert,
+            "--grpc-tls-key",
+            &key,
+        ]);
+        assert!(
+            no_endpoint.run.grpc_addr().is_err(),
+            "TLS on a disabled endpoint"
+        );
+        let missing = Cli::parse_from([
+            "meshwork-operator",
+            "--grpc-tls-cert",
+            "/nonexistent/tls.crt",
+            "--grpc-tls-key",
+            &key,
+        ]);
+        let err = missing.run.grpc_tls().expect_err("unreadable");
+        assert!(format!("{err:#}").contains("--grpc-tls-cert"), "{err:#}");
+    }
+
+    #[test]
+    fn the_test_hook_is_hidden_from_help() {
+        use clap::CommandFactory;
+        let help = Cli::command().render_long_help().to_string();
+        assert!(help.contains("--grpc-tls-client-ca"), "{help}");
+        assert!(!help.contains("test-hook"), "{help}");
+        let cli = Cli::parse_from([
+            "meshwork-operator",
+            "--test-hook-inconsistent-snapshot",
+            "node-1",
+        ]);
+        assert_eq!(
+            cli.run.test_hook_inconsistent_snapshot.as_deref(),
+            Some("node-1")
+        );
     }
 
     #[test]

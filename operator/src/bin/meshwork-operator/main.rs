@@ -19,13 +19,13 @@ use meshwork_kvstore::{EtcdBackend, KvstoreMetrics, WatchStoreOptions};
 use meshwork_operator::cilium_node::CiliumNode;
 use meshwork_operator::ec2::{Ec2, Ec2Config, Ec2Metrics, SubnetFilter};
 use meshwork_operator::grpc::NodeIpamService;
+use meshwork_operator::grpc::tls::TlsFiles;
 use meshwork_operator::instances::shared;
 use meshwork_operator::manager::{
-    self, GetSnapshot, InstancesConfig, LimitsCache, ManagerConfig, PassDeps, ReleaseConfig,
-    ResyncFilter, watch,
+    self, InstancesConfig, LimitsCache, ManagerConfig, PassDeps, ReleaseConfig, ResyncFilter, watch,
 };
 use meshwork_operator::node_store::{EtcdStore, KubeStore, NodeStore};
-use meshwork_proto::operator::v1::node_ipam_server;
+use meshwork_proto::ipam::v1::node_ipam_server;
 use meshwork_proto::{Readiness, StandardServices};
 use prometheus_client::registry::Registry;
 use tokio::signal::unix::{SignalKind, signal};
@@ -60,13 +60,14 @@ fn main() -> anyhow::Result<()> {
         metrics: run.metrics_addr()?,
         grpc: run.grpc_addr()?,
     };
+    let tls = run.grpc_tls()?;
     actix_rt::System::with_tokio_rt(|| {
         tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()
             .expect("a tokio runtime")
     })
-    .block_on(operate(run, store, region, addrs))
+    .block_on(operate(run, store, region, addrs, tls))
 }
 
 /// Where the operator serves.
@@ -75,11 +76,22 @@ struct Addrs {
     grpc: Option<SocketAddr>,
 }
 
+/// What the gRPC endpoint serves with, besides its listener.
+struct GrpcSettings {
+    tls: Option<TlsFiles>,
+    /// `--test-hook-inconsistent-snapshot`.
+    test_hook: Option<String>,
+    /// Ends the server and, first, every `WatchNode` stream (graceful shutdown waits for
+    /// them, and a watch never ends by itself).
+    stop: CancellationToken,
+}
+
 async fn operate(
     run: RunArgs,
     store: StoreChoice,
     region: String,
     addrs: Addrs,
+    tls: Option<TlsFiles>,
 ) -> anyhow::Result<()> {
     let mut registry = Registry::with_prefix("meshwork");
     let metrics = Ec2Metrics::register(&mut registry);
@@ -106,9 +118,12 @@ async fn operate(
         None => None,
     };
 
-    let snapshots: actix::Recipient<GetSnapshot>;
-    let ready: tokio::sync::watch::Receiver<bool>;
-    match store {
+    let settings = GrpcSettings {
+        tls,
+        test_hook: run.test_hook_inconsistent_snapshot.clone(),
+        stop: CancellationToken::new(),
+    };
+    let grpc = match store {
         StoreChoice::Etcd(config) => {
             // The error names the endpoints and the cause (TLS file, handshake, timeout).
             let backend = EtcdBackend::connect(&config, ETCD_CONNECT_TIMEOUT).await?;
@@ -116,9 +131,14 @@ async fn operate(
                 metrics: KvstoreMetrics::register(&mut registry),
                 ..WatchStoreOptions::new(run.cluster_name.clone())
             };
-            let operator = start(&run, ec2, EtcdStore::new(backend.clone()));
-            snapshots = operator.nodes.clone().recipient();
-            ready = operator.ready;
+            let store = EtcdStore::new(backend.clone());
+            let operator = start(&run, ec2.clone(), store.clone());
+            let grpc = match grpc_listener {
+                Some(listener) => {
+                    Some(serve_grpc(listener, &operator, store, ec2, &settings).await?)
+                }
+                None => None,
+            };
             tokio::spawn(watch::watch_etcd(
                 backend,
                 operator.nodes.recipient(),
@@ -126,41 +146,27 @@ async fn operate(
             ));
             tracing::info!(endpoints = ?config.endpoints, tls = config.uses_tls(),
                 "watching CiliumNodes in etcd");
+            grpc
         }
         StoreChoice::Kube(kubeconfig) => {
             let client = kube_client(kubeconfig).await?;
-            let operator = start(&run, ec2, KubeStore::new(client.clone()));
-            snapshots = operator.nodes.clone().recipient();
-            ready = operator.ready;
+            let store = KubeStore::new(client.clone());
+            let operator = start(&run, ec2.clone(), store.clone());
+            let grpc = match grpc_listener {
+                Some(listener) => {
+                    Some(serve_grpc(listener, &operator, store, ec2, &settings).await?)
+                }
+                None => None,
+            };
             tokio::spawn(watch::watch_kube(
                 kube::Api::all(client),
                 operator.nodes.recipient(),
             ));
             tracing::info!("watching CiliumNodes in Kubernetes");
+            grpc
         }
-    }
-
-    let (stop_grpc, grpc_stopped) = tokio::sync::oneshot::channel::<()>();
-    let mut readiness = None;
-    let grpc = match grpc_listener {
-        Some(listener) => {
-            let (standard, health) = StandardServices::new(&[node_ipam_server::SERVICE_NAME]).await;
-            tokio::spawn(ready_when(ready, health.clone()));
-            readiness = Some(health);
-            tracing::info!(addr = ?listener.local_addr().ok(), "serving meshwork.operator.v1.NodeIpam");
-            let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-            let router = tonic::transport::Server::builder()
-                .add_service(NodeIpamService::new(snapshots).into_server());
-            Some(tokio::spawn(
-                standard
-                    .add_to(router)
-                    .serve_with_incoming_shutdown(incoming, async move {
-                        let _ = grpc_stopped.await;
-                    }),
-            ))
-        }
-        None => None,
     };
+
     let stop_http = CancellationToken::new();
     let server = metrics_server.map(|server| server.serve(registry, None, stop_http.clone()));
     tokio::select! {
@@ -169,12 +175,12 @@ async fn operate(
     }
     // Passes in flight are dropped: an ENI created but not yet attached is collected by the
     // next operator's GC (it carries the cluster's tags).
-    if let Some(readiness) = &readiness {
+    if let Some((_, readiness)) = &grpc {
         readiness.shutting_down().await;
     }
     stop_http.cancel();
-    drop(stop_grpc);
-    if let Some(grpc) = grpc {
+    settings.stop.cancel();
+    if let Some((grpc, _)) = grpc {
         match tokio::time::timeout(Duration::from_secs(5), grpc).await {
             Ok(Ok(result)) => result.context("serving gRPC")?,
             Ok(Err(err)) => tracing::warn!(%err, "gRPC server task failed"),
@@ -190,6 +196,51 @@ async fn operate(
     }
     actix::System::current().stop();
     Ok(())
+}
+
+/// Starts serving `NodeIpam` (with health and reflection) on `listener`; returns the
+/// server's task and its health.
+async fn serve_grpc<S: NodeStore + Clone + Unpin + 'static>(
+    listener: tokio::net::TcpListener,
+    operator: &manager::Operator<S>,
+    store: S,
+    ec2: Ec2,
+    settings: &GrpcSettings,
+) -> anyhow::Result<(
+    tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+    Readiness,
+)> {
+    let (standard, health) = StandardServices::new(&[node_ipam_server::SERVICE_NAME]).await;
+    tokio::spawn(ready_when(operator.ready.clone(), health.clone()));
+    let mut service =
+        NodeIpamService::new(&operator.nodes, store, ec2).stop_on(settings.stop.clone());
+    if let Some(node) = &settings.test_hook {
+        tracing::warn!(%node, "test hook armed: an inconsistent snapshot will be sent once");
+        service = service.test_hook_inconsistent_snapshot(node.clone());
+    }
+    let mut server = tonic::transport::Server::builder();
+    let mode = match &settings.tls {
+        Some(tls) => {
+            if tls.node_is_cn() {
+                service = service.node_is_cn();
+            }
+            server = server.tls_config(tls.server_config()).context(
+                "the gRPC endpoint's TLS (--grpc-tls-cert, --grpc-tls-key, --grpc-tls-client-ca)",
+            )?;
+            if tls.node_is_cn() { "mTLS" } else { "TLS" }
+        }
+        None => "plaintext",
+    };
+    tracing::info!(addr = ?listener.local_addr().ok(), mode, "serving meshwork.ipam.v1.NodeIpam");
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    let router = server.add_service(service.into_server());
+    let stop = settings.stop.clone();
+    let task = tokio::spawn(
+        standard
+            .add_to(router)
+            .serve_with_incoming_shutdown(incoming, stop.cancelled_owned()),
+    );
+    Ok((task, health))
 }
 
 /// Reports the operator ready (gRPC health `SERVING`) once `ready` turns true.

@@ -134,3 +134,49 @@ fn transient_failures_back_off() {
     queue.finish(now, "a", pass.allocator, None, PassOutcome::Retry);
     assert_eq!(queue.next_wake(), Some(now + 4 * MIN_PASS_INTERVAL));
 }
+
+#[test]
+fn an_older_version_never_replaces_a_newer_one() {
+    let mut queue = NodeQueue::new(Tags::new(), false);
+    let mut newer = node("a", 8);
+    newer.metadata.resource_version = Some("10".to_owned());
+    queue.upsert(newer);
+    let pass = queue.next(Instant::now(), pre).expect("pass");
+    queue.finish(
+        Instant::now(),
+        "a",
+        pass.allocator,
+        None,
+        PassOutcome::Settled,
+    );
+    // The store watch lagging behind a write the manager was told of directly.
+    let mut older = node("a", 2);
+    older.metadata.resource_version = Some("9".to_owned());
+    assert!(!queue.upsert(older), "not a reason to pass");
+    let latest = queue.latest("a").expect("known");
+    assert_eq!(latest.metadata.resource_version.as_deref(), Some("10"));
+    assert_eq!(latest.spec.ipam.pre_allocate, 8);
+    let mut next = node("a", 4);
+    next.metadata.resource_version = Some("11".to_owned());
+    assert!(queue.upsert(next), "a newer one is taken");
+    assert_eq!(queue.latest("a").map(|n| n.spec.ipam.pre_allocate), Some(4));
+}
+
+#[test]
+fn an_unknown_instance_asks_for_one_resync_until_it_is_found() {
+    let mut queue = NodeQueue::new(Tags::new(), false);
+    queue.upsert(node("a", 8));
+    assert!(queue.instance_unknown("a", true), "the first time");
+    assert!(
+        !queue.instance_unknown("a", true),
+        "not again: it may be gone"
+    );
+    assert!(!queue.instance_unknown("a", false), "found");
+    assert!(queue.instance_unknown("a", true), "unknown again later");
+    // The node names another instance: that one may be new too.
+    let mut moved = node("a", 8);
+    moved.spec.eni.instance_id = "i-other".to_owned();
+    queue.upsert(moved);
+    assert!(queue.instance_unknown("a", true));
+    assert!(!queue.instance_unknown("b", true), "no such node");
+}

@@ -103,3 +103,26 @@ fn a_stale_agreement_counts_only_after_the_mark() {
         1
     );
 }
+
+#[test]
+fn a_released_entry_the_agent_removed_is_not_written_back() {
+    let now = Instant::now();
+    let mut state = ReleaseState::default();
+    let candidates = ("eni-1".to_owned(), vec![ip(10)]);
+    state.step(now, Duration::ZERO, Some(&candidates), &ReleaseMap::new());
+    let agent = answers(&[(10, READY_FOR_RELEASE)]);
+    assert_eq!(
+        state
+            .step(now, Duration::ZERO, Some(&candidates), &agent)
+            .len(),
+        1
+    );
+    state.released(&[ip(10)]);
+    assert_eq!(state.publish(&agent), answers(&[(10, RELEASED)]));
+    // A publish racing the agent's removal (composed onto the object without the entry)
+    // must not bring it back, or the handshake would never end.
+    assert!(state.publish(&ReleaseMap::new()).is_empty());
+    let gone = ("eni-1".to_owned(), Vec::new());
+    state.step(now, Duration::ZERO, Some(&gone), &ReleaseMap::new());
+    assert!(state.is_idle());
+}

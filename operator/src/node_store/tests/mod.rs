@@ -1,8 +1,10 @@
-//! Tests of the stores: the exact Kubernetes request sequence ([`sequence`]), and the
-//! publishing invariant under concurrent allocation on both backends ([`invariant`]).
+//! Tests of the stores: the exact Kubernetes request sequence ([`sequence`]), the
+//! publishing invariant under concurrent allocation on both backends ([`invariant`]), and
+//! the updates of what others own ([`update`]).
 
 mod apiserver;
 mod etcd_conflict;
 mod harness;
 mod invariant;
 mod sequence;
+mod update;
