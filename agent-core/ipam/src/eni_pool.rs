@@ -194,7 +194,12 @@ impl EniPool {
         let before: Vec<Ipv4Addr> = self.orphans().collect();
         let first = self.held.is_none();
         let generation = snapshot.generation.clone();
-        if snapshot.marked_for_release().next().is_some() {
+        // Marked IPs want answers; a `released` IP gone from the pool wants the report that
+        // ends its handshake (the operator drops the entry only on a report of such a
+        // generation, and a quiet node sends none otherwise).
+        if snapshot.marked_for_release().next().is_some()
+            || snapshot.released_gone().next().is_some()
+        {
             self.report_due = true;
         }
         self.held = Some(Held {

@@ -322,6 +322,22 @@ fn a_snapshot_with_marked_ips_asks_for_a_report_that_answers_them() {
     ));
     pool.mark_report_due();
     assert!(pool.take_report().is_some());
+
+    // Released and gone from the pool: a report of that generation ends the handshake.
+    let released = with_release(
+        snapshot("g3", &[("10.0.1.11", "eni-1")], 0),
+        &[("10.0.1.10", "released")],
+    );
+    pool.offer(released, now);
+    let report = pool.take_report().expect("a report for the released IP");
+    assert_eq!(report.generation, "g3");
+    // Released but still in the pool (the operator has not republished yet): no report.
+    let pending = with_release(
+        snapshot("g4", &[("10.0.1.10", "eni-1"), ("10.0.1.11", "eni-1")], 0),
+        &[("10.0.1.10", "released")],
+    );
+    pool.offer(pending, now);
+    assert!(pool.take_report().is_none());
 }
 
 #[test]

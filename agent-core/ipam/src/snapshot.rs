@@ -196,6 +196,15 @@ impl Snapshot {
             .filter(|(_, state)| **state == ReleaseState::MarkedForRelease)
             .map(|(ip, _)| *ip)
     }
+
+    /// Addresses the operator released that have left the pool: their handshake is over once
+    /// a report of this generation reaches the operator.
+    pub fn released_gone(&self) -> impl Iterator<Item = Ipv4Addr> + '_ {
+        self.release
+            .iter()
+            .filter(|(ip, state)| **state == ReleaseState::Released && !self.pool.contains_key(ip))
+            .map(|(ip, _)| *ip)
+    }
 }
 
 #[cfg(test)]

@@ -123,6 +123,11 @@ pub fn apply(
     eni.exclude_interface_tags
         .clone_from(&registration.exclude_interface_tags);
     let ipam = &mut node.spec.ipam;
+    if current.is_some() && !same_instance {
+        // A node name reused by another instance: the old pool's IPs are on ENIs that are not
+        // this instance's, and a snapshot must never offer them (the next pass fills it).
+        ipam.pool.clear();
+    }
     ipam.pre_allocate = registration.pre_allocate;
     ipam.min_allocate = registration.min_allocate;
     ipam.max_allocate = registration.max_allocate;
@@ -188,6 +193,19 @@ mod tests {
         );
         assert_eq!(written.spec.eni.vpc_id, "vpc-1", "kept");
         assert_eq!(written.spec.ipam.pool.len(), 1, "the operator's pool kept");
+
+        // Another instance under the same name: the old instance's pool must go.
+        let mut moved = request();
+        moved.instance_id = "i-2".to_owned();
+        let moved = validate(moved).expect("valid");
+        let written = apply(&moved, Some(&stored))
+            .expect("typed")
+            .expect("a change");
+        assert_eq!(written.spec.eni.instance_id, "i-2");
+        assert!(
+            written.spec.ipam.pool.is_empty(),
+            "the old instance's pool offered"
+        );
     }
 
     #[test]

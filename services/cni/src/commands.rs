@@ -66,11 +66,23 @@ pub async fn add(env: &CniEnv, conf: &NetConf) -> Result<CniResult, CniError> {
     let host = Arc::new(open_host(conf)?);
     // Connected before any namespace is compared or changed: without an agent nothing is done.
     let mut agent = Agent::connect(&conf.agent_socket).await?;
-    if host.is(&pod).map_err(|e| netns_io(&e))? {
+    // Neither the node's namespace, nor the plugin's own, nor the machine's (PID 1's): a pod
+    // end, its address and routes made there would change the host's network.
+    // PID 1's may be closed to us (a sandbox can deny it even to root): then it is not compared.
+    let own = Netns::current().map_err(|e| netns_io(&e))?;
+    let init = Netns::open("/proc/1/ns/net").ok();
+    let hostish = host.is(&pod).map_err(|e| netns_io(&e))?
+        || own.same_as(&pod).map_err(|e| netns_io(&e))?
+        || match &init {
+            Some(init) => init.same_as(&pod).map_err(|e| netns_io(&e))?,
+            None => false,
+        };
+    if hostish {
         return Err(CniError::new(
             ErrorCode::InvalidEnvironment,
             format!(
-                "CNI_NETNS {} is the host's own namespace, not a container's",
+                "CNI_NETNS {} is a host namespace (the node's, the plugin's or PID 1's), not a \
+                 container's",
                 pod_path.display()
             ),
         ));
@@ -89,7 +101,7 @@ pub async fn add(env: &CniEnv, conf: &NetConf) -> Result<CniResult, CniError> {
     match attach(&mut agent, &plan, &allocation, &mut progress).await {
         Ok(result) => Ok(result),
         Err(mut err) => {
-            undo(&mut agent, &plan, progress, &mut err).await;
+            undo(&mut agent, &plan, &allocation, progress, &mut err).await;
             Err(err)
         }
     }
@@ -191,13 +203,24 @@ async fn attach(
 }
 
 /// Takes back a failed ADD: the endpoint (if it was asked for), the veth, then the IP;
-/// what happened goes into the error's details.
-async fn undo(agent: &mut Agent, plan: &AddPlan<'_>, progress: Progress, err: &mut CniError) {
+/// what happened goes into the error's details. The IP stays when the endpoint could not be
+/// deleted (it may still map the IP: the runtime's DEL finishes the job), and when the owner
+/// held it before this ADD (a repeated ADD of a running pod must not free its address).
+async fn undo(
+    agent: &mut Agent,
+    plan: &AddPlan<'_>,
+    allocation: &pb::AllocateResponse,
+    progress: Progress,
+    err: &mut CniError,
+) {
     let attachment = &plan.attachment;
     if progress.endpoint
         && let Err(undo) = agent.delete_endpoint(attachment.endpoint_id).await
     {
-        err.add_detail(&format!("undo: deleting the endpoint failed: {undo}"));
+        err.add_detail(&format!(
+            "undo: deleting the endpoint failed, so its IP stays allocated until DEL: {undo}"
+        ));
+        return;
     }
     if progress.veth {
         let (host, name) = (Arc::clone(&plan.host), attachment.host_ifname.clone());
@@ -207,6 +230,10 @@ async fn undo(agent: &mut Agent, plan: &AddPlan<'_>, progress: Progress, err: &m
             Ok(Err(undo)) => err.add_detail(&format!("undo: removing the veth failed: {undo}")),
             Err(join) => err.add_detail(&format!("undo: removing the veth failed: {join}")),
         }
+    }
+    if allocation.existing {
+        err.add_detail("the IP was the attachment's before this ADD: it stays allocated");
+        return;
     }
     match agent.release(&attachment.owner).await {
         Ok(released) if released.released => {
@@ -222,7 +249,7 @@ async fn undo(agent: &mut Agent, plan: &AddPlan<'_>, progress: Progress, err: &m
 /// endpoint may still hold it.
 pub async fn del(env: &CniEnv, conf: &NetConf) -> Result<(), CniError> {
     let attachment = Attachment::from_env(env)?;
-    env.cni_args()?;
+    // CNI_ARGS are not needed to find what ADD made: a DEL must not fail on them.
     // A host namespace that is gone took the veth with it.
     let host = match HostNetns::open(conf.host_netns.as_deref()) {
         Ok(host) => Some(Arc::new(host)),

@@ -128,7 +128,8 @@ async fn a_snapshot_naming_an_eni_it_lacks_is_waited_out_and_never_used() {
     let mut stack = Stack::start(4, &["--test-hook-inconsistent-snapshot", NODE], &[]).await;
     let status = stack
         .wait_status("the agent to count the inconsistent snapshot", |s| {
-            s.inconsistent_snapshots >= 1
+            // The broken snapshot comes first: ready only once the real one followed.
+            s.inconsistent_snapshots >= 1 && s.ready
         })
         .await;
     assert!(status.ready, "{status:?}");

@@ -4,7 +4,9 @@
 //! Everything podman keeps is private to one [`Podman`]: its `containers.conf`
 //! (`CONTAINERS_CONF`), the conflists, the storage (`--root`, `--runroot`, the `vfs` driver)
 //! and the container's root filesystem (`--rootfs`, no image, no registry). Nothing under
-//! `/etc/containers` or `/var/lib/containers` is read or changed.
+//! `/etc/containers` or `/var/lib/containers` is read or changed; the one shared place is
+//! libcni's result cache, `/var/lib/cni/results` (podman offers no other), whose entry for a
+//! container DEL removes.
 //!
 //! Podman runs inside a lab namespace (a node), so the plugin it runs puts the host end of a
 //! pod's veth there and never in the machine's root namespace. It is entered with `nsenter`

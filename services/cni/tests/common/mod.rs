@@ -54,8 +54,11 @@ pub struct Pod {
     pub netns: Netns,
 }
 
-/// The running stack.
+/// The running stack. Fields drop in order: the agent and the operator stop before what
+/// they use (their state dir, the namespaces, moto, etcd) goes.
 pub struct Stack {
+    pub agent: Option<AgentProcess>,
+    pub operator: Option<OperatorProcess>,
     pub dir: tempfile::TempDir,
     pub net: LabNet,
     pub node: Netns,
@@ -63,18 +66,16 @@ pub struct Stack {
     pub scene: EniScene,
     pub etcd: EtcdServer,
     pub operator_options: OperatorOptions,
-    pub operator: Option<OperatorProcess>,
     operator_starts: u32,
     pub agent_options: AgentOptions,
-    pub agent: Option<AgentProcess>,
     pub bpf: BpfRoot,
     pods: u32,
 }
 
 impl Stack {
     /// Moto with one `INSTANCE_TYPE` instance, etcd, the operator (`operator_flags` added) and
-    /// the agent of [`NODE`] pre-allocating `pre` addresses (`agent_flags` added), which is up
-    /// once its pool holds them.
+    /// the agent of [`NODE`] pre-allocating `pre` addresses (`agent_flags` added). The agent
+    /// runs; its pool fills after (its gRPC health turns SERVING then).
     pub async fn start(pre: u32, operator_flags: &[&str], agent_flags: &[&str]) -> Self {
         let net = LabNet::new().expect("lab network");
         let node = net.netns("eni-node").expect("node namespace");
