@@ -4,11 +4,10 @@
 //! and the pods' host ends live in a lab namespace playing the node.
 
 use std::path::Path;
-use std::process::Command;
 
 use meshwork_lab::agent::{AgentOptions, AgentProcess};
 use meshwork_lab::bpffs::BpfRoot;
-use meshwork_lab::net::LabNet;
+use meshwork_lab::net::{LabNet, command_in};
 use meshwork_lab::podman::Podman;
 use meshwork_proto::agent::v1 as pb;
 use meshwork_proto::agent::v1::datapath_client::DatapathClient;
@@ -34,9 +33,8 @@ fn agent_binary() -> std::path::PathBuf {
 
 /// The IPv4 addresses in the namespace at `netns` on `dev`, read with iproute2.
 fn addresses(netns: &Path, dev: &str) -> Vec<String> {
-    let out = Command::new("nsenter")
-        .arg(format!("--net={}", netns.display()))
-        .args(["--", "ip", "-j", "-4", "addr", "show", "dev", dev])
+    let out = command_in(netns, "ip")
+        .args(["-j", "-4", "addr", "show", "dev", dev])
         .output()
         .expect("ip addr");
     let links: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);

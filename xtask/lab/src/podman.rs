@@ -17,7 +17,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::net::Netns;
+use crate::net::{Netns, command_in};
 use crate::{LabError, Result, paths, process};
 
 /// The program every container runs: it only has to keep the pod's namespace alive.
@@ -132,11 +132,8 @@ impl Podman {
     /// `podman` with this installation's private state, inside the namespace at `netns`.
     fn command(&self, netns: &Path) -> Command {
         let root = self.dir.path();
-        let mut command = Command::new("nsenter");
+        let mut command = command_in(netns, &self.podman);
         command
-            .arg(format!("--net={}", netns.display()))
-            .arg("--")
-            .arg(&self.podman)
             .arg("--root")
             .arg(root.join("root"))
             .arg("--runroot")

@@ -63,7 +63,8 @@ pub use bridge::{BRIDGE, Switch};
 pub use cidr::{Cidr, GUARDED_RANGES, NODE_RANGE, POD_RANGE, V6_RANGE};
 pub use guard::{LOCK_DIR, RouteGuard, lock_path, route_installed, with_no_guard_alive};
 pub use netns::{
-    NETNS_DIR, Netns, PROBE_PORT, list_netns, own_prefix, owner_pid, pids_in_netns, sweep_stale,
+    NETNS_DIR, Netns, PROBE_PORT, command_in, list_netns, own_prefix, owner_pid, pids_in_netns,
+    sweep_stale,
 };
 pub use partition::{LinkDown, NftPartition};
 pub use veth::{MAX_IFNAME, Veth, check_ifname};

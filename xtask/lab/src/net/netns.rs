@@ -451,8 +451,9 @@ impl Drop for Netns {
     }
 }
 
-/// `nsenter -F --net=<path> -- program`.
-pub(super) fn command_in(path: &Path, program: impl AsRef<std::ffi::OsStr>) -> Command {
+/// `nsenter -F --net=<path> -- program`: `program` in the network namespace mounted at
+/// `path` (a lab namespace, or one a runtime made), nothing else changed.
+pub fn command_in(path: &Path, program: impl AsRef<std::ffi::OsStr>) -> Command {
     let nsenter = paths::find_program("nsenter").unwrap_or_else(|_| PathBuf::from("nsenter"));
     let mut command = Command::new(nsenter);
     command
