@@ -70,29 +70,20 @@ fn has_nextest() -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-/// Builds and runs the scenario binary with `args` (`release` for benchmarks). With
-/// `binaries`, the agent, meshctl and apiserver binaries are built with the same profile first:
-/// scenarios that run them do so from beside their own executable.
-pub fn run_scenario(release: bool, binaries: bool, args: &[&str]) -> anyhow::Result<()> {
-    if binaries {
+/// Builds and runs the scenario binary with `args` (`release` for benchmarks). The
+/// `packages` (the binaries the scenario runs) are built with the same profile first:
+/// scenarios run them from beside their own executable.
+pub fn run_scenario(release: bool, packages: &[&str], args: &[&str]) -> anyhow::Result<()> {
+    if !packages.is_empty() {
         let mut build = cargo();
-        build.args([
-            "build",
-            "--quiet",
-            "--package",
-            "meshwork-agent",
-            "--package",
-            "meshctl",
-            "--package",
-            "meshwork-apiserver",
-        ]);
+        build.args(["build", "--quiet"]);
+        for package in packages {
+            build.args(["--package", package]);
+        }
         if release {
             build.arg("--release");
         }
-        run(
-            "cargo build meshwork-agent meshctl meshwork-apiserver",
-            &mut build,
-        )?;
+        run(&format!("cargo build {}", packages.join(" ")), &mut build)?;
     }
     let mut command = cargo();
     command.args(["run", "--quiet", "--package", SCENARIOS]);

@@ -57,6 +57,11 @@ enum Command {
     },
 }
 
+/// What the demo, the proof and most benchmarks run as processes.
+const MESH_BINARIES: &[&str] = &["meshwork-agent", "meshctl", "meshwork-apiserver"];
+/// What `bench ipam` runs: the agent, the operator and the plugin.
+const IPAM_BINARIES: &[&str] = &["meshwork-agent", "meshwork-operator", "meshwork-cni"];
+
 /// The benchmarks.
 #[derive(Clone, Copy, ValueEnum)]
 enum Bench {
@@ -71,6 +76,10 @@ enum Bench {
     /// 100 nodes to pre-allocate 8 through the operator against moto: EC2 calls per node,
     /// wall time vs calls ÷ qps.
     Eni,
+    /// 20 agents (`--ipam eni`) × 30 pods through the CNI plugin against the operator and
+    /// moto: allocation p50/p99 on the agent; registration → first pod IP vs the EC2 calls
+    /// it took at the operator's rate.
+    Ipam,
     /// 100 agents × 500 endpoints published through the apiserver vs the same keys written
     /// raw with leases; endpoint → etcd p99 at 1,000/s; the apiserver's peak RSS.
     Apiserver,
@@ -88,27 +97,28 @@ fn main() -> anyhow::Result<()> {
             let args: Vec<&str> = std::iter::once("demo")
                 .chain(args.iter().map(String::as_str))
                 .collect();
-            cargo::run_scenario(false, true, &args)
+            cargo::run_scenario(false, MESH_BINARIES, &args)
         }
         Command::Proof { args } => {
             setup::run()?;
             let args: Vec<&str> = std::iter::once("proof")
                 .chain(args.iter().map(String::as_str))
                 .collect();
-            cargo::run_scenario(false, true, &args)
+            cargo::run_scenario(false, MESH_BINARIES, &args)
         }
         Command::Bench { name, args } => {
             setup::run()?;
             let (name, binaries) = match name {
-                Bench::Kvstore => ("kvstore", true),
-                Bench::Sync => ("sync", true),
-                Bench::Datapath => ("datapath", true),
+                Bench::Kvstore => ("kvstore", MESH_BINARIES),
+                Bench::Sync => ("sync", MESH_BINARIES),
+                Bench::Datapath => ("datapath", MESH_BINARIES),
                 // In-process actors and wireguard-go only: no agent or meshctl build needed.
-                Bench::Wireguard => ("wireguard", false),
+                Bench::Wireguard => ("wireguard", &[][..]),
                 // In-process actors only: no agent or meshctl build needed.
-                Bench::Eni => ("eni", false),
-                Bench::Apiserver => ("apiserver", true),
-                Bench::MeshScale => ("mesh-scale", true),
+                Bench::Eni => ("eni", &[][..]),
+                Bench::Ipam => ("ipam", IPAM_BINARIES),
+                Bench::Apiserver => ("apiserver", MESH_BINARIES),
+                Bench::MeshScale => ("mesh-scale", MESH_BINARIES),
             };
             let mut scenario = vec!["bench", name];
             scenario.extend(args.iter().map(String::as_str));

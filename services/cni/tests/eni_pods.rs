@@ -2,7 +2,8 @@
 //! (`--ipam eni`): the rule this project exists for — an IP is handed out only from a
 //! snapshot that carries its ENI — checked on every allocation against what the operator
 //! published; a snapshot that breaks it is waited out; a restart keeps every pod's IP; the
-//! operator's death does not stop the agent, and nothing leaks when it returns.
+//! operator's death does not stop the agent, and nothing leaks when it returns; the release
+//! handshake keeps an address the operator did not know was in use and lets the rest go.
 
 mod common;
 
@@ -267,6 +268,145 @@ async fn the_agent_serves_while_the_operator_is_gone_and_reports_when_it_returns
         .await
         .unwrap_or_else(|err| panic!("{err}: stored {stored}"));
     assert!(ec2.len() >= 2, "eth0 and the pods' ENI at least: {ec2:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the patched moto server, real etcd, root, bpffs and network namespaces: `cargo xtask test` runs it"]
+async fn the_release_handshake_keeps_the_address_in_use_and_releases_the_others() {
+    // Pre-allocate 2: eight pods grow the pool, and once seven are gone the rest is excess.
+    let mut stack = Stack::start(2, &[], &[]).await;
+    let mut pods = Vec::new();
+    for _ in 0..8 {
+        let pod = stack.new_pod();
+        let ip = add_retrying(&stack, &pod);
+        pods.push((pod, ip));
+    }
+    for (pod, _) in &pods[1..] {
+        stack
+            .cni("DEL", pod)
+            .unwrap_or_else(|err| panic!("DEL: {err}"));
+    }
+    stack
+        .wait_stored("status.ipam.used to hold the router and one pod", |node| {
+            ipam_keys(node, "status", "used").len() == 2
+        })
+        .await;
+
+    // The operator goes; the agent hands out one more address that it cannot report, and
+    // stops too. The stored usage now lacks an address in use.
+    drop(stack.operator.take());
+    stack
+        .wait_status("the agent to see the operator gone", |s| {
+            !s.operator_connected
+        })
+        .await;
+    let pod = stack.new_pod();
+    let in_use = add_retrying(&stack, &pod);
+    stack
+        .agent
+        .as_mut()
+        .expect("agent")
+        .stop(Duration::from_secs(10));
+    let stored = stack.stored_node().await;
+    assert!(
+        !ipam_keys(&stored, "status", "used").contains(&in_use),
+        "{in_use} was reported: the operator would not mark it"
+    );
+
+    // Back with release on and no delay, the operator marks the excess — the unreported
+    // address among it, as the lowest free one of its ENI.
+    stack
+        .operator_options
+        .flags
+        .extend(["--aws-release-excess-ips", "--excess-ip-release-delay", "0"].map(str::to_owned));
+    stack.start_operator();
+    let marked = stack
+        .wait_stored("the unreported address to be marked for release", |node| {
+            node["status"]["ipam"]["release-ips"][&in_use] == "marked-for-release"
+        })
+        .await;
+    let marked: BTreeSet<String> = ipam_keys(&marked, "status", "release-ips");
+    assert!(marked.len() >= 2, "one address marked alone: {marked:?}");
+    let pool_before = ipam_keys(&stack.stored_node().await, "spec", "pool");
+    let before_agent = stack.revision();
+
+    // The agent returns: do-not-release for its pod's address, ready-for-release for the
+    // rest; the operator unassigns those and the agent closes the handshake.
+    stack.start_agent();
+    let done = stack
+        .wait_stored(
+            "the handshake to end with released addresses gone",
+            |node| {
+                let pool = ipam_keys(node, "spec", "pool");
+                ipam_keys(node, "status", "release-ips").is_empty()
+                    && pool.contains(&in_use)
+                    && pool.len() < pool_before.len()
+            },
+        )
+        .await;
+    // The answers as the agent wrote them, read from etcd's history: its report lands
+    // them in the same write as the usage, before the operator's next pass acts on either.
+    let answers: BTreeMap<String, BTreeSet<String>> = stack
+        .versions_after(before_agent)
+        .iter()
+        .flat_map(|node| {
+            node["status"]["ipam"]["release-ips"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(ip, state)| (ip.clone(), state.as_str().unwrap_or_default().to_owned()))
+                .collect::<Vec<_>>()
+        })
+        .fold(BTreeMap::new(), |mut seen, (ip, state)| {
+            seen.entry(ip).or_default().insert(state);
+            seen
+        });
+    assert!(
+        answers[&in_use].contains("do-not-release"),
+        "the agent never answered do-not-release for {in_use}: {answers:?}"
+    );
+    for ip in marked.iter().filter(|ip| **ip != in_use) {
+        assert!(
+            answers
+                .get(ip)
+                .is_some_and(|s| s.contains("ready-for-release") && !s.contains("do-not-release")),
+            "{ip} is free, yet: {answers:?}"
+        );
+    }
+    let pool_after = ipam_keys(&done, "spec", "pool");
+    let released: BTreeSet<String> = pool_before.difference(&pool_after).cloned().collect();
+    assert!(
+        released.is_subset(&marked) && !released.contains(&in_use),
+        "released {released:?}, marked {marked:?}, in use {in_use}"
+    );
+    let ec2 = stack.ec2_addresses().await;
+    assert!(ec2.contains(&in_use), "EC2 lost {in_use}: {ec2:?}");
+    assert!(
+        released.is_disjoint(&ec2),
+        "released yet still on an ENI: {:?}",
+        released.intersection(&ec2).collect::<Vec<_>>()
+    );
+    // The pod kept its address, and no released one is handed out again.
+    let held = allocations(&stack.ipam_status().await);
+    assert_eq!(
+        held.get(&in_use),
+        Some(&format!("{}/eth0", pod.id)),
+        "{held:?}"
+    );
+    let next = stack.new_pod();
+    let ip = add_retrying(&stack, &next);
+    assert!(
+        !released.contains(&ip),
+        "{ip} was released, then handed out"
+    );
+}
+
+/// The keys of the CiliumNode's `<part>.ipam.<field>` object (addresses).
+fn ipam_keys(node: &serde_json::Value, part: &str, field: &str) -> BTreeSet<String> {
+    node[part]["ipam"][field]
+        .as_object()
+        .map(|o| o.keys().cloned().collect())
+        .unwrap_or_default()
 }
 
 /// ip → owner.

@@ -283,40 +283,57 @@ impl AgentOptions {
 pub struct AgentProcess {
     process: LabProcess,
     socket: PathBuf,
+    /// Where this run's part of the (appended) log starts.
+    log_offset: u64,
 }
 
 impl AgentProcess {
     /// Starts the agent and waits until it says it runs ([`RUNNING`]); fails with the log's
     /// tail if it exits first or takes longer than [`START_TIMEOUT`].
     pub fn start(options: &AgentOptions) -> Result<Self> {
+        let mut agent = Self::spawn(options)?;
+        agent.wait_running()?;
+        Ok(agent)
+    }
+
+    /// Starts the agent without waiting: many agents then start at once, each waited for
+    /// with [`Self::wait_running`]. Call it from the thread that outlives the agent (the
+    /// process dies with the thread that spawned it).
+    pub fn spawn(options: &AgentOptions) -> Result<Self> {
         std::fs::create_dir_all(&options.state_dir).map_err(LabError::io(format!(
             "creating {}",
             options.state_dir.display()
         )))?;
         let log = options.state_dir.join(&options.log_name);
         // The log is appended to: only what this run writes counts.
-        let offset = std::fs::metadata(&log).map_or(0, |m| m.len());
-        let mut agent = Self {
+        let log_offset = std::fs::metadata(&log).map_or(0, |m| m.len());
+        Ok(Self {
             process: LabProcess::spawn("meshwork-agent", options.command(), &log)?,
             socket: options.socket(),
-        };
+            log_offset,
+        })
+    }
+
+    /// Waits until the agent says it runs ([`RUNNING`]); fails with the log's tail if it
+    /// exits first or takes longer than [`START_TIMEOUT`].
+    pub fn wait_running(&mut self) -> Result<()> {
+        let log = self.process.log().to_owned();
+        let offset = usize::try_from(self.log_offset).unwrap_or(0);
         let up = Wait::new("the agent to run").timeout(START_TIMEOUT).until(
             || {
-                agent.process.check_running()?;
+                self.process.check_running()?;
                 let log = std::fs::read(&log).unwrap_or_default();
-                let ours = log
-                    .get(usize::try_from(offset).unwrap_or(0)..)
-                    .unwrap_or_default();
+                let ours = log.get(offset..).unwrap_or_default();
                 Ok(String::from_utf8_lossy(ours).contains(RUNNING))
             },
             |up: &Result<bool>| !matches!(up, Ok(false)),
         );
         match up {
-            Ok(Ok(_)) => Ok(agent),
+            Ok(Ok(_)) => Ok(()),
             Ok(Err(exited)) => Err(exited),
             Err(timeout) => Err(LabError::CommandFailed {
                 command: "meshwork-agent".to_owned(),
-                detail: format!("{timeout}; log:\n{}", agent.log_tail()),
+                detail: format!("{timeout}; log:\n{}", self.log_tail()),
             }),
         }
     }

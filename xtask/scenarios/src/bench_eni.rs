@@ -34,7 +34,7 @@ use crate::measure::{Rounds, odd_rounds};
 const GOAL_MUTATING: f64 = 3.0;
 const GOAL_RATIO: f64 = 1.20;
 /// EC2 actions that change something.
-const MUTATING: &[&str] = &[
+pub(crate) const MUTATING: &[&str] = &[
     "CreateNetworkInterface",
     "AttachNetworkInterface",
     "ModifyNetworkInterfaceAttribute",
@@ -99,7 +99,8 @@ async fn nodes_done(backend: &EtcdBackend, pre: usize) -> anyhow::Result<usize> 
     Ok(done)
 }
 
-fn count(calls: &serde_json::Map<String, serde_json::Value>, actions: &[&str]) -> u64 {
+/// The calls of `actions` among `calls` (by action, as moto counts them).
+pub(crate) fn count(calls: &serde_json::Map<String, serde_json::Value>, actions: &[&str]) -> u64 {
     actions
         .iter()
         .filter_map(|action| calls.get(*action).and_then(serde_json::Value::as_u64))

@@ -1,5 +1,7 @@
-//! The workspace's own binaries (`meshwork-agent`, `meshctl`, `meshwork-apiserver`) that
-//! scenarios run as real processes, found next to this scenario binary and built there first.
+//! The workspace's own binaries that scenarios run as real processes, found next to this
+//! scenario binary: `meshwork-agent`, `meshctl` and `meshwork-apiserver` built there first
+//! ([`build`]), or any of them (`meshwork-operator`, `meshwork-cni` too) as `cargo xtask
+//! bench` built them ([`beside`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -83,4 +85,18 @@ fn cargo_build(workspace: &Path, exe: &Path) -> anyhow::Result<()> {
     }
     println!("done in {:.1} s\n", started.elapsed().as_secs_f64());
     Ok(())
+}
+
+/// The workspace binary `name` next to this scenario binary (`cargo xtask bench` builds
+/// what each benchmark runs first); an error naming the build when it is missing.
+pub fn beside(name: &str) -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe().context("finding the scenario binary's path")?;
+    let path = exe.with_file_name(name);
+    if !path.is_file() {
+        bail!(
+            "{} is missing: build it with `cargo build --release -p {name}` (`cargo xtask bench` does)",
+            path.display()
+        );
+    }
+    Ok(path)
 }

@@ -6,6 +6,7 @@
 mod bench_apiserver;
 mod bench_datapath;
 mod bench_eni;
+mod bench_ipam;
 mod bench_kvstore;
 mod bench_mesh_scale;
 mod bench_sync;
@@ -61,6 +62,10 @@ enum Bench {
     /// 100 nodes from zero to pre-allocate 8 through the operator against moto: EC2 calls
     /// per node, wall time vs the token bucket's floor.
     Eni(bench_eni::Args),
+    /// 20 agents (`--ipam eni`) × 30 pods through the CNI plugin against the operator and
+    /// moto: allocation p50/p99 on the agent; registration → first pod IP vs the token
+    /// bucket's floor for the calls it took.
+    Ipam(bench_ipam::Args),
     /// 100 agents × 500 endpoints publishing to the apiserver until its canaries are
     /// written, vs the same keys written raw with leases; endpoint → etcd p99; peak RSS.
     Apiserver(bench_apiserver::Args),
@@ -90,6 +95,7 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(Bench::Wireguard(args)) => with_actix(runtime, bench_wireguard::run(args)),
         Command::Bench(Bench::Sync(args)) => with_actix(runtime, bench_sync::run(args)),
         Command::Bench(Bench::Eni(args)) => with_actix(runtime, bench_eni::run(args)),
+        Command::Bench(Bench::Ipam(args)) => runtime.block_on(bench_ipam::run(args)),
         Command::Bench(Bench::MeshScale(args)) => runtime.block_on(bench_mesh_scale::run(args)),
         Command::Bench(Bench::Apiserver(args)) => {
             let apiserver = binaries::build()?.apiserver;

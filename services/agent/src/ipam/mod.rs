@@ -247,20 +247,22 @@ impl Ipam {
         pod: &str,
     ) -> Result<Result<Allocated, AllocateError>, ShuttingDown> {
         let (this, owner, pod) = (self.clone(), owner.to_owned(), pod.to_owned());
+        let asked = Instant::now();
         blocking(move || {
             let result = this.pool().allocate_blocking(&owner, &pod);
-            this.allocated(&owner, &result);
+            this.allocated(&owner, &result, asked);
             result
         })
         .await
     }
 
-    fn allocated(&self, owner: &str, result: &Result<Allocated, AllocateError>) {
+    fn allocated(&self, owner: &str, result: &Result<Allocated, AllocateError>, asked: Instant) {
         match result {
             Ok(Allocated {
                 allocation,
                 existing: false,
             }) => {
+                self.shared.metrics.allocated(asked.elapsed());
                 tracing::debug!(
                     owner,
                     pod = %allocation.pod,

@@ -5,6 +5,7 @@
 
 #![allow(dead_code, reason = "each test binary uses part of the helpers")]
 
+use std::collections::BTreeSet;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -307,10 +308,9 @@ impl Stack {
         address.split('/').next().unwrap_or_default().to_owned()
     }
 
-    /// The ENIs EC2 has attached to the instance now.
-    pub async fn ec2_enis(&self) -> Vec<String> {
-        let described = self
-            .scene
+    /// The instance's ENIs as EC2 describes them now.
+    async fn described_enis(&self) -> Vec<aws_sdk_ec2::types::NetworkInterface> {
+        self.scene
             .sdk
             .describe_network_interfaces()
             .filters(
@@ -321,14 +321,31 @@ impl Stack {
             )
             .send()
             .await
-            .expect("DescribeNetworkInterfaces");
-        let mut ids: Vec<String> = described
-            .network_interfaces()
+            .expect("DescribeNetworkInterfaces")
+            .network_interfaces
+            .unwrap_or_default()
+    }
+
+    /// The ENIs EC2 has attached to the instance now.
+    pub async fn ec2_enis(&self) -> Vec<String> {
+        let mut ids: Vec<String> = self
+            .described_enis()
+            .await
             .iter()
             .filter_map(|eni| eni.network_interface_id().map(str::to_owned))
             .collect();
         ids.sort();
         ids
+    }
+
+    /// Every private address EC2 has on the instance's ENIs now.
+    pub async fn ec2_addresses(&self) -> BTreeSet<String> {
+        self.described_enis()
+            .await
+            .iter()
+            .flat_map(|eni| eni.private_ip_addresses())
+            .filter_map(|address| address.private_ip_address().map(str::to_owned))
+            .collect()
     }
 
     /// The node's CiliumNode as stored.
@@ -392,6 +409,31 @@ impl Stack {
             .decode(value)
             .map_err(|err| format!("value is not base64: {err}"))?;
         serde_json::from_slice(&bytes).map_err(|err| err.to_string())
+    }
+
+    /// etcd's current revision.
+    pub fn revision(&self) -> i64 {
+        let out = self
+            .etcd
+            .ctl(&[
+                "get",
+                &format!("meshwork/ciliumnodes/v1/{NODE}"),
+                "-w",
+                "json",
+            ])
+            .expect("etcdctl get");
+        let reply: Value = serde_json::from_str(&out).unwrap_or_else(|err| panic!("{err}: {out}"));
+        reply["header"]["revision"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("no revision in {reply}"))
+    }
+
+    /// Every version of the node's CiliumNode written after etcd revision `after`, oldest
+    /// first (the tests' etcd is never compacted).
+    pub fn versions_after(&self, after: i64) -> Vec<Value> {
+        (after + 1..=self.revision())
+            .filter_map(|revision| self.stored_at(&revision.to_string()).ok())
+            .collect()
     }
 
     fn stored_node_now(&self) -> Option<Value> {
