@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 /// The programs, by file stem under `bpf/`.
-const PROGRAMS: &[&str] = &["endpoint"];
+const PROGRAMS: &[&str] = &["endpoint", "sock_lb"];
 
 fn main() {
     println!("cargo:rerun-if-changed=bpf");

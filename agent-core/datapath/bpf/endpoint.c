@@ -72,55 +72,10 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } meshwork_drops SEC(".maps");
 
-// Maps the agent owns and this program does not read yet; declared here so every map's
-// shape is defined once and created (pinned by name) when the object loads.
-
-// Cilium's lb4 service map: slot 0 is the master (count), slots 1..count the backends.
-struct lb4_key {
-	__be32 address;
-	__be16 dport;
-	__u16 backend_slot;
-	__u8 proto;
-	__u8 scope;
-	__u8 pad[2];
-};
-
-struct lb4_service {
-	__u32 backend_id;
-	__u16 count;
-	__u16 rev_nat_index;
-	__u8 flags;
-	__u8 flags2;
-	__u8 pad[2];
-};
-
-struct lb4_backend {
-	__be32 address;
-	__be16 port;
-	__u8 proto;
-	__u8 flags;
-	__u16 cluster_id;
-	__u8 zone;
-	__u8 pad;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__type(key, struct lb4_key);
-	__type(value, struct lb4_service);
-	__uint(max_entries, 65536);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} cilium_lb4_services_v2 SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__type(key, __u32);
-	__type(value, struct lb4_backend);
-	__uint(max_entries, 65536);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} cilium_lb4_backends_v3 SEC(".maps");
+// Maps the agent owns and this program does not read; declared here so every map's shape is
+// defined once and created (pinned by name) when the object loads. The lb4 maps are the
+// socket-LB programs' (sock_lb.c); the tunnel map is declared below.
+#include "lb4.h"
 
 // Cilium's tunnel map: a remote pod CIDR's network address -> the node hosting it.
 struct tunnel_key {

@@ -1,4 +1,4 @@
-//! Meshwork's BPF datapath: the endpoint program (C, `bpf/`, built by clang in the build
+//! Meshwork's BPF datapath: the endpoint and socket-LB programs (C, `bpf/`, built by clang in the build
 //! script), the pinned maps it shares with the agent, and the plain state machines that keep
 //! them. No actors here: the agent's actors are shells over these.
 //!
@@ -10,6 +10,7 @@
 //!   entries until the matching wait.
 //! - [`writer`]: everything the agent writes, in one place.
 //! - [`program`]: loading and attaching an endpoint's program.
+//! - [`socket_lb`]: the socket-LB programs (`bpf/sock_lb.c`) on a cgroup, their links pinned.
 //! - [`endpoint`]: endpoints, their persistence and their regeneration jobs.
 //! - [`drops`]: the drop counters by reason.
 
@@ -23,5 +24,6 @@ pub mod pinned_sync;
 pub mod program;
 pub mod remote_maps;
 pub mod services;
+pub mod socket_lb;
 pub mod tunnel;
 pub mod writer;

@@ -95,12 +95,24 @@ impl<K: Pod + Hash + Eq, V: Pod + PartialEq> PinnedSync<K, V> {
 
     /// Deletes entries not in `desired`; restored ones only when `prune_restored`.
     pub fn delete_stale(&mut self, desired: &HashMap<K, V>, prune_restored: bool) {
-        let stale: Vec<K> = self
+        self.delete_stale_in_order(desired, prune_restored, |_| 0);
+    }
+
+    /// [`Self::delete_stale`], lowest `rank` first (a frontend's master before its slots, so
+    /// no reader finds a master counting a deleted slot).
+    pub fn delete_stale_in_order(
+        &mut self,
+        desired: &HashMap<K, V>,
+        prune_restored: bool,
+        rank: impl Fn(&K) -> u8,
+    ) {
+        let mut stale: Vec<K> = self
             .written
             .keys()
             .filter(|k| !desired.contains_key(*k))
             .copied()
             .collect();
+        stale.sort_by_key(|k| rank(k));
         let mut pending = 0;
         for key in stale {
             if self.restored.contains(&key) && !prune_restored {

@@ -9,13 +9,17 @@ use meshwork_types::{Change, RemoteEvent, SyncKind};
 
 use super::maps::{MapsError, PinDir};
 use super::pinned_sync::{PinnedSync, SyncStats};
-use super::services::{Lb4Backend, Lb4Key, Lb4Service, ServiceTable};
+use super::services::{Lb4Backend, Lb4Key, Lb4ReverseNat, Lb4Service, ServiceTable};
 use super::tunnel::{TunnelKey, TunnelTable, TunnelValue};
 
 /// The map names, as pinned.
 pub const SERVICES_MAP: &str = "cilium_lb4_services_v2";
 /// See [`SERVICES_MAP`].
 pub const BACKENDS_MAP: &str = "cilium_lb4_backends_v3";
+/// See [`SERVICES_MAP`].
+pub const REV_NAT_MAP: &str = "cilium_lb4_reverse_nat";
+/// The socket-LB programs' record of each socket's frontend (they write it; LRU).
+pub const REVERSE_SK_MAP: &str = "cilium_lb4_reverse_sk";
 /// See [`SERVICES_MAP`].
 pub const TUNNEL_MAP: &str = "cilium_tunnel_map";
 
@@ -24,6 +28,7 @@ pub struct RemoteMaps {
     table: ServiceTable,
     services: PinnedSync<Lb4Key, Lb4Service>,
     backends: PinnedSync<u32, Lb4Backend>,
+    rev_nat: PinnedSync<u16, Lb4ReverseNat>,
     tunnel_table: TunnelTable,
     tunnel: PinnedSync<TunnelKey, TunnelValue>,
     services_synced: bool,
@@ -37,6 +42,8 @@ pub struct RemoteMapStats {
     pub services: SyncStats,
     /// `cilium_lb4_backends_v3`.
     pub backends: SyncStats,
+    /// `cilium_lb4_reverse_nat`.
+    pub rev_nat: SyncStats,
     /// `cilium_tunnel_map`.
     pub tunnel: SyncStats,
 }
@@ -47,13 +54,16 @@ impl RemoteMaps {
     pub fn open(pins: &PinDir) -> Result<Self, MapsError> {
         let services = PinnedSync::open(&pins.map(SERVICES_MAP), SERVICES_MAP)?;
         let backends = PinnedSync::open(&pins.map(BACKENDS_MAP), BACKENDS_MAP)?;
+        let rev_nat = PinnedSync::open(&pins.map(REV_NAT_MAP), REV_NAT_MAP)?;
         let tunnel = PinnedSync::open(&pins.map(TUNNEL_MAP), TUNNEL_MAP)?;
         let mut table = ServiceTable::default();
         table.seed_ids(backends.restored());
+        table.seed_rev_nat(services.restored());
         Ok(Self {
             table,
             services,
             backends,
+            rev_nat,
             tunnel_table: TunnelTable::default(),
             tunnel,
             services_synced: false,
@@ -95,11 +105,19 @@ impl RemoteMaps {
 
     fn program_services(&mut self) {
         let desired = self.table.desired();
-        // Backends before the slots naming them; stale slots before their backends go.
+        let synced = self.services_synced;
+        // Cilium's order (§10): backends, the slots naming them, the rev-NAT entries, then the
+        // masters counting the slots; stale slots go after their master shrank (a removed
+        // frontend's master before its slots), stale backends and rev-NAT entries last.
+        let [slots, masters] = desired.slots_and_masters();
         self.backends.write(&desired.backends);
-        self.services.apply(&desired.services, self.services_synced);
-        self.backends
-            .delete_stale(&desired.backends, self.services_synced);
+        self.services.write(&slots);
+        self.rev_nat.write(&desired.rev_nat);
+        self.services.write(&masters);
+        self.services
+            .delete_stale_in_order(&desired.services, synced, |k| u8::from(k.backend_slot != 0));
+        self.backends.delete_stale(&desired.backends, synced);
+        self.rev_nat.delete_stale(&desired.rev_nat, synced);
     }
 
     fn program_tunnel(&mut self) {
@@ -128,6 +146,7 @@ impl RemoteMaps {
         RemoteMapStats {
             services: self.services.stats(),
             backends: self.backends.stats(),
+            rev_nat: self.rev_nat.stats(),
             tunnel: self.tunnel.stats(),
         }
     }

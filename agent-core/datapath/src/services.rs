@@ -34,7 +34,7 @@ pub struct Lb4Service {
     pub backend_id: u32,
     /// Backends of the frontend (in the master).
     pub count: u16,
-    /// The reverse-NAT index of the frontend.
+    /// The reverse-NAT index of the frontend, network order (as Cilium writes it).
     pub rev_nat_index: u16,
     /// Flags.
     pub flags: u8,
@@ -64,9 +64,21 @@ pub struct Lb4Backend {
     pub pad: u8,
 }
 
+/// `struct lb4_reverse_nat` (6 bytes, packed in Cilium): the frontend of a rev-NAT index.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Lb4ReverseNat {
+    /// The VIP, network order.
+    pub address: [u8; 4],
+    /// The port, network order.
+    pub port: [u8; 2],
+}
+
 // SAFETY: repr(C), integers and byte arrays only, no implicit padding (asserted below).
 #[allow(unsafe_code)]
 unsafe impl aya::Pod for Lb4Key {}
+#[allow(unsafe_code)]
+unsafe impl aya::Pod for Lb4ReverseNat {}
 #[allow(unsafe_code)]
 unsafe impl aya::Pod for Lb4Service {}
 #[allow(unsafe_code)]
@@ -74,6 +86,7 @@ unsafe impl aya::Pod for Lb4Backend {}
 const _: () = assert!(size_of::<Lb4Key>() == 12);
 const _: () = assert!(size_of::<Lb4Service>() == 12);
 const _: () = assert!(size_of::<Lb4Backend>() == 12);
+const _: () = assert!(size_of::<Lb4ReverseNat>() == 6);
 
 fn proto(l4: &L4Type) -> Option<u8> {
     match l4 {
@@ -100,6 +113,21 @@ pub struct DesiredLb {
     pub services: HashMap<Lb4Key, Lb4Service>,
     /// `cilium_lb4_backends_v3`.
     pub backends: HashMap<u32, Lb4Backend>,
+    /// `cilium_lb4_reverse_nat`: each frontend by its rev-NAT index (network order).
+    pub rev_nat: HashMap<u16, Lb4ReverseNat>,
+}
+
+impl DesiredLb {
+    /// The backend slots (1..=count) and the masters (slot 0), apart: slots are written
+    /// before the master that counts them (§10), so a socket never picks a missing slot.
+    pub fn slots_and_masters(&self) -> [HashMap<Lb4Key, Lb4Service>; 2] {
+        let (masters, slots) = self
+            .services
+            .iter()
+            .map(|(k, v)| (*k, *v))
+            .partition(|(k, _)| k.backend_slot == 0);
+        [slots, masters]
+    }
 }
 
 impl ServiceTable {
@@ -108,6 +136,22 @@ impl ServiceTable {
         for (id, backend) in restored {
             self.ids.insert(*backend, *id);
             self.next_id = self.next_id.max(*id);
+        }
+    }
+
+    /// Keeps the rev-NAT index of every frontend the previous agent wrote (its masters), so a
+    /// socket connected before the restart still reads its VIP back.
+    pub fn seed_rev_nat<'a>(
+        &mut self,
+        restored: impl Iterator<Item = (&'a Lb4Key, &'a Lb4Service)>,
+    ) {
+        for (key, service) in restored {
+            if key.backend_slot == 0 && service.rev_nat_index != 0 {
+                self.rev_nat.insert(
+                    (key.address, key.dport, key.proto),
+                    u16::from_be(service.rev_nat_index),
+                );
+            }
         }
     }
 
@@ -155,11 +199,15 @@ impl ServiceTable {
         for ((address, dport, proto), mut backends) in frontends {
             backends.sort_by_key(|b| (b.cluster_id, b.address, b.port));
             backends.dedup();
-            let next = self.rev_nat.len() + 1;
-            let rev_nat_index = *self
-                .rev_nat
-                .entry((address, dport, proto))
-                .or_insert(u16::try_from(next).unwrap_or(u16::MAX));
+            // Network order in the maps, as Cilium's writer converts it.
+            let rev_nat_index = self.rev_nat_index((address, dport, proto)).to_be();
+            out.rev_nat.insert(
+                rev_nat_index,
+                Lb4ReverseNat {
+                    address,
+                    port: dport,
+                },
+            );
             let key = |slot: u16| Lb4Key {
                 address,
                 dport,
@@ -192,6 +240,19 @@ impl ServiceTable {
         }
         // IDs of backends no longer used are not reused: a restored slot may still name one.
         out
+    }
+
+    /// The frontend's index: kept once given (restored ones included), else the lowest free.
+    fn rev_nat_index(&mut self, frontend: ([u8; 4], [u8; 2], u8)) -> u16 {
+        if let Some(index) = self.rev_nat.get(&frontend) {
+            return *index;
+        }
+        let taken: std::collections::HashSet<u16> = self.rev_nat.values().copied().collect();
+        let index = (1..=u16::MAX)
+            .find(|i| !taken.contains(i))
+            .unwrap_or(u16::MAX);
+        self.rev_nat.insert(frontend, index);
+        index
     }
 
     fn id(&mut self, backend: Lb4Backend) -> u32 {
@@ -271,11 +332,63 @@ mod tests {
         assert_eq!(master.1.count, 3);
         let ids_before: Vec<u32> = desired.backends.keys().copied().collect();
 
+        // One rev-NAT entry, naming the frontend, under the master's index (network order).
+        assert_eq!(
+            desired.rev_nat.get(&master.1.rev_nat_index),
+            Some(&Lb4ReverseNat {
+                address: [172, 20, 0, 1],
+                port: 80u16.to_be_bytes(),
+            })
+        );
+        assert_eq!(u16::from_be(master.1.rev_nat_index), 1);
+        assert_eq!(desired.rev_nat.len(), 1);
+
         // Cluster c withdraws: its slot goes, the others keep their backend IDs.
         table.delete(&c, &svc("c", 3, &[]));
         let desired = table.desired();
         assert_eq!(desired.services.len(), 3);
         assert!(desired.backends.keys().all(|id| ids_before.contains(id)));
         assert!(desired.backends.values().all(|b| b.cluster_id == 2));
+    }
+
+    #[test]
+    fn a_restarted_agent_keeps_each_frontends_rev_nat_index() {
+        let b: Arc<str> = Arc::from("b");
+        let mut before = ServiceTable::default();
+        let mut other = (*svc("b", 2, &["10.214.2.10"])).clone();
+        other.name = "api".to_owned();
+        other.frontends = BTreeMap::from([(
+            "172.20.0.9".to_owned(),
+            svc("b", 2, &[]).frontends["172.20.0.1"].clone(),
+        )]);
+        before.upsert(&b, Arc::new(other.clone()));
+        before.upsert(&b, svc("b", 2, &["10.214.2.10"]));
+        let restored = before.desired();
+
+        // The new agent sees only web at first: it must not take api's index for it.
+        let mut after = ServiceTable::default();
+        after.seed_rev_nat(restored.services.iter());
+        after.upsert(&b, svc("b", 2, &["10.214.2.10"]));
+        let desired = after.desired();
+        let index_of = |lb: &DesiredLb, vip: [u8; 4]| {
+            lb.services
+                .iter()
+                .find(|(k, _)| k.backend_slot == 0 && k.address == vip)
+                .map(|(_, v)| v.rev_nat_index)
+        };
+        assert_eq!(
+            index_of(&desired, [172, 20, 0, 1]),
+            index_of(&restored, [172, 20, 0, 1])
+        );
+        after.upsert(&b, Arc::new(other));
+        let desired = after.desired();
+        assert_eq!(
+            index_of(&desired, [172, 20, 0, 9]),
+            index_of(&restored, [172, 20, 0, 9])
+        );
+        assert_ne!(
+            index_of(&desired, [172, 20, 0, 9]),
+            index_of(&desired, [172, 20, 0, 1])
+        );
     }
 }

@@ -33,7 +33,9 @@ pub struct Args {
     #[arg(long, default_value = "1m", value_parser = humantime::parse_duration)]
     pub clustermesh_sync_timeout: Duration,
 
-    /// Where the agent keeps its state.
+    /// Where the agent keeps its state (endpoints, the IPAM checkpoint, the API socket). On a
+    /// node `/var/run` is tmpfs: the state outlives the agent, not the node, and the
+    /// checkpoint's fsync on every allocation costs nothing there.
     #[arg(long, default_value = "/var/run/meshwork")]
     pub state_dir: PathBuf,
 
@@ -96,6 +98,10 @@ pub struct Args {
     /// Private key (PEM) of `--apiserver-cert-file`.
     #[arg(long, value_name = "FILE", requires = "apiserver_cert_file")]
     pub apiserver_key_file: Option<PathBuf>,
+
+    /// Socket-LB.
+    #[command(flatten)]
+    pub socket_lb: crate::datapath::socket_lb::SocketLbArgs,
 
     /// IPAM.
     #[command(flatten)]

@@ -265,7 +265,11 @@ impl Devices {
         registry: &mut Registry,
     ) -> Result<Self, StartError> {
         let datapath = if args.enable_bpf_datapath {
-            Some(OpenMaps::recreate(&args.bpf_root, args.node_ip)?)
+            Some(OpenMaps::recreate(
+                &args.bpf_root,
+                args.node_ip,
+                &args.socket_lb,
+            )?)
         } else {
             None
         };

@@ -85,6 +85,17 @@ impl AgentOptions {
         self
     }
 
+    /// Attaches socket-LB (`--bpf-lb-sock`) to `cgroup`, a child cgroup of the lab, never the
+    /// machine's cgroup2 root.
+    pub fn socket_lb(self, cgroup: &crate::cgroup::ChildCgroup) -> Self {
+        let root = cgroup.path().as_os_str().to_owned();
+        self.flags([
+            OsString::from("--bpf-lb-sock=true"),
+            OsString::from("--cgroup-root"),
+            root,
+        ])
+    }
+
     /// Serves metrics on 127.0.0.1:`port`.
     pub fn metrics_port(mut self, port: u16) -> Self {
         self.metrics_port = Some(port);

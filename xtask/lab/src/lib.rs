@@ -12,6 +12,7 @@
 pub mod agent;
 pub mod apiserver;
 pub mod bpffs;
+pub mod cgroup;
 pub mod cilium;
 pub mod eni_scene;
 pub mod error;

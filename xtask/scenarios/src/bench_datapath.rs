@@ -14,6 +14,7 @@ use anyhow::{Context as _, bail};
 use aya::maps::lpm_trie::{Key, LpmTrie};
 use aya::maps::{Map, MapData};
 use meshwork_agent::datapath::OpenMaps;
+use meshwork_agent::datapath::socket_lb::SocketLbArgs;
 use meshwork_agent::datapath::writer_actor::Stop;
 use meshwork_clustermesh::Consumer;
 use meshwork_clustermesh::barrier::SyncBarrier;
@@ -200,7 +201,8 @@ async fn through_writer(entries: &[Arc<IpCacheEntry>]) -> anyhow::Result<Duratio
         cluster,
         vec![RemoteEvent::ListDone(Resource::IpCache)],
     ));
-    let datapath = OpenMaps::recreate(root.path(), None)?.start(barrier.recipient());
+    let datapath =
+        OpenMaps::recreate(root.path(), None, &SocketLbArgs::default())?.start(barrier.recipient());
     let last = batches.pop().context("no batches")?;
     let started = Instant::now();
     for batch in batches {

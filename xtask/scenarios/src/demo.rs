@@ -123,17 +123,30 @@ async fn proof_step(binaries: &binaries::Binaries) -> anyhow::Result<()> {
     );
     let with = Box::pin(crate::proof::run_once(binaries, SceneKind::Mesh, true)).await?;
     let without = Box::pin(crate::proof::run_once(binaries, SceneKind::Mesh, false)).await?;
+    let failed = |r: &crate::proof::RunReport| {
+        r.connects.as_ref().map_or_else(
+            || "-".to_owned(),
+            |c| format!("{}/{}", c.failed, c.ok + c.failed),
+        )
+    };
     println!(
-        "  {:<58} {:>6} {:>12}\n  {:<58} {:>6} {:>12}\n  {:<58} {:>6} {:>12}",
+        "  {:<58} {:>6} {:>12} {:>22}\n  {:<58} {:>6} {:>12} {:>22}\n  {:<58} {:>6} {:>12} {:>22}",
         "",
         "drops",
         "stream gaps",
+        "failed new connections",
         "with the bounded wait (default 1m)",
         with.drops,
         with.stream.gaps + with.stream.resets,
-        "without it (--clustermesh-ip-identities-sync-timeout=0s)",
+        failed(&with),
+        "without it (the sync timeouts 0s)",
         without.drops,
         without.stream.gaps + without.stream.resets,
+        failed(&without),
+    );
+    println!(
+        "  (new connections: pod-1-1 → the global service echo, backends only in cluster-2, \
+         20/s through socket-LB)"
     );
     let page = crate::proof::timeline::side_by_side(SceneKind::Mesh)?;
     println!(

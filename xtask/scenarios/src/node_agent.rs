@@ -72,9 +72,11 @@ impl NodeAgent {
         )
         .clustermesh_config(&self.dir.join("clustermesh"))
         .bpf_root(self.bpf.path())
-        .flags(self.flags.iter().cloned().chain([format!(
-            "--clustermesh-ip-identities-sync-timeout={wait_timeout}"
-        )]))
+        .flags(self.flags.iter().cloned().chain([
+            format!("--clustermesh-ip-identities-sync-timeout={wait_timeout}"),
+            // The breaker of every other wait (services, nodes) goes with it.
+            format!("--clustermesh-sync-timeout={wait_timeout}"),
+        ]))
         .log_name(&format!("agent-{}.log", self.starts))
     }
 

@@ -1,8 +1,9 @@
 //! The no-drop proof as a test, on both scenes: Meshwork meshed with itself (state written by
 //! each cluster's apiserver) and hand-written Cilium-format fixtures. Real agents, apiservers,
 //! etcd and BPF programs in lab network namespaces (see `meshwork-scenarios proof`). With the
-//! bounded wait nothing drops and the stream has no gap; the negative control (0s) must drop
-//! and stall the stream, proving the check can fail.
+//! bounded wait nothing drops and the stream has no gap (and, on the mesh, no new connection to
+//! the global service fails); the negative control (0s) must drop, stall the stream and fail
+//! connections, proving the checks can fail.
 
 use std::process::Command;
 
@@ -49,6 +50,15 @@ fn proof(flags: &[&str]) {
         get("drops_without_wait") > 0,
         "the negative control must drop:\n{stdout}"
     );
+    // On the mesh, new connections to a global service through socket-LB: none fails with
+    // the wait, some do when the restored service entries are pruned while B is late.
+    if flags.is_empty() {
+        assert_eq!(get("connect_failures_with_wait"), 0, "{stdout}");
+        assert!(
+            get("connect_failures_without_wait") > 0,
+            "the negative control's connections must fail:\n{stdout}"
+        );
+    }
     // The sampled order: with the wait the endpoint waited and never ran on a map without B.
     let with = stdout
         .lines()

@@ -3,6 +3,7 @@
 //! known, and the `meshwork.agent.v1.Datapath` API.
 
 pub mod endpoint_manager;
+pub mod socket_lb;
 pub mod writer_actor;
 
 use std::net::IpAddr;
@@ -46,6 +47,9 @@ pub enum DatapathError {
     /// The service or tunnel maps could not be opened.
     #[error("opening the service and tunnel maps: {0}")]
     RemoteMaps(Box<MapsError>),
+    /// Socket-LB could not be attached (or a previous agent's detached).
+    #[error(transparent)]
+    SocketLb(Box<socket_lb::CgroupError>),
 }
 
 /// The maps, recreated and opened, not yet driven by an actor.
@@ -55,11 +59,13 @@ pub struct OpenMaps {
 }
 
 impl OpenMaps {
-    /// Recreates the ipcache under `bpf_root` (§5: every start) and opens the service and
-    /// tunnel maps with what the previous agent left in them.
+    /// Recreates the ipcache under `bpf_root` (§5: every start), opens the service and
+    /// tunnel maps with what the previous agent left in them, and attaches socket-LB to them
+    /// (or removes the previous agent's, when it is off).
     pub fn recreate(
         bpf_root: &std::path::Path,
         node_ip: Option<IpAddr>,
+        socket_lb: &socket_lb::SocketLbArgs,
     ) -> Result<Self, DatapathError> {
         let pins = PinDir::under(bpf_root);
         let map = pins
@@ -69,6 +75,8 @@ impl OpenMaps {
                 error: Box::new(source),
             })?;
         let remote = RemoteMaps::open(&pins).map_err(|e| DatapathError::RemoteMaps(Box::new(e)))?;
+        socket_lb::setup(socket_lb, bpf_root, &pins)
+            .map_err(|e| DatapathError::SocketLb(Box::new(e)))?;
         Ok(Self {
             pins,
             writer: MapWriter::new(map, node_ip).with_remote_maps(remote),

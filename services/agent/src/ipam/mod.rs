@@ -10,8 +10,9 @@
 //! - Readiness ([`Ipam::wait_ready`]): the agent's gRPC health turns SERVING only once the
 //!   router IP is allocated, which in ENI mode waits for the pool to hold `required` IPs; a
 //!   progress line is logged meanwhile. The socket, `Ipam.Status` included, is served before.
-//! - Calls: allocations and releases run on tokio's blocking pool (the checkpoint is fsynced
-//!   before an IP is returned); each allocation's snapshot generation is logged at debug and
+//! - Calls: allocations and releases run where they may block — in place on a worker of the
+//!   multi-thread runtime, else on tokio's blocking pool (the checkpoint is fsynced before an
+//!   IP is returned); each allocation's snapshot generation is logged at debug and
 //!   returned in `AllocateResponse.generation`.
 
 pub mod args;
@@ -192,11 +193,19 @@ pub fn open(
     Ok(Some(ipam))
 }
 
-/// Runs `call` on tokio's blocking pool (it writes and fsyncs the checkpoint); a panic in it
-/// goes on in the caller, a runtime that shuts down answers [`ShuttingDown`].
+/// Runs `call`, which writes and fsyncs the checkpoint, where it may block: in place on a
+/// worker of the multi-thread runtime (tokio moves the worker's other tasks away), else on
+/// the blocking pool. In place, no other thread has to wake and be scheduled first: on a node
+/// whose cores are busy that wait was most of an allocation's tail. A panic in `call` goes on
+/// in the caller; a runtime that shuts down answers [`ShuttingDown`].
 async fn blocking<T: Send + 'static>(
     call: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, ShuttingDown> {
+    if tokio::runtime::Handle::current().runtime_flavor()
+        == tokio::runtime::RuntimeFlavor::MultiThread
+    {
+        return Ok(tokio::task::block_in_place(call));
+    }
     match tokio::task::spawn_blocking(call).await {
         Ok(result) => Ok(result),
         Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),

@@ -5,12 +5,14 @@
 
 mod net;
 mod pods;
+mod services;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use meshwork_lab::apiserver::{ApiserverOptions, ApiserverProcess};
+use meshwork_lab::cgroup::ChildCgroup;
 use meshwork_lab::etcd::{EtcdOptions, EtcdServer};
 use meshwork_lab::kvstoremesh::{KvstoremeshOptions, KvstoremeshProcess};
 use meshwork_lab::wait::Wait;
@@ -32,6 +34,9 @@ pub struct MeshSpec {
     /// Each cluster runs `meshwork-apiserver kvstoremesh`, caching the other clusters in its
     /// etcd, and its agents read every remote from there.
     pub kvstoremesh: bool,
+    /// Every agent runs socket-LB (`--bpf-lb-sock`) on a child cgroup of its own node
+    /// ([`MeshNode::cgroup`]), where the node's client processes go.
+    pub socket_lb: bool,
 }
 
 impl MeshSpec {
@@ -44,6 +49,7 @@ impl MeshSpec {
             nodes: 2,
             initial_sync_timeout: Duration::from_secs(5),
             kvstoremesh: true,
+            socket_lb: false,
         }
     }
 }
@@ -73,6 +79,8 @@ pub struct MeshNode {
     pub agent: NodeAgent,
     /// Its addresses and names.
     pub addrs: NodeAddrs,
+    /// With [`MeshSpec::socket_lb`]: the node's cgroup, where its socket-LB programs run.
+    pub cgroup: Option<ChildCgroup>,
 }
 
 /// The running mesh; dropping it stops every process and removes the namespaces.
@@ -173,12 +181,20 @@ impl Mesh {
                         (name.clone(), endpoint)
                     })
                     .collect();
-                let flags = vec![
+                let mut flags = vec![
                     format!("--apiserver-addr={}", cluster.apiserver_options.grpc_addr()),
                     format!("--node-name={}", addrs.name),
                     format!("--node-ip={}", addrs.node_ip),
                     format!("--ipv4-alloc-cidr={}", addrs.pod_cidr),
                 ];
+                let cgroup = if spec.socket_lb {
+                    let cgroup = ChildCgroup::create(&addrs.name)?;
+                    flags.push("--bpf-lb-sock=true".to_owned());
+                    flags.push(format!("--cgroup-root={}", cgroup.path().display()));
+                    Some(cgroup)
+                } else {
+                    None
+                };
                 let mut agent = NodeAgent::new(
                     dir,
                     &addrs.name,
@@ -199,6 +215,7 @@ impl Mesh {
                 cluster.nodes.push(MeshNode {
                     agent,
                     addrs: addrs.clone(),
+                    cgroup,
                 });
             }
         }

@@ -8,7 +8,13 @@
 //! clusters, state written by their apiservers; B is late because its etcd is down while A
 //! restarts), or with `--fixtures` two clusters whose etcd holds Cilium-format state written
 //! by hand, hostile entries included (B is late because its canaries are withdrawn).
+//!
+//! On the mesh a second figure runs beside the stream: pod A opens new connections (20/s) to a
+//! global service whose only backends are cluster B's pods, through A's socket-LB. With the
+//! wait the restored service entries serve until B is back; without it
+//! (`--clustermesh-sync-timeout=0s` too) they are pruned while B is late, and connects fail.
 
+mod connects;
 mod fixtures;
 mod fixtures_net;
 mod on_mesh;
@@ -20,9 +26,11 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
+use meshwork_lab::cgroup::ChildCgroup;
 use meshwork_lab::net::Netns;
 use meshwork_lab::wait::Wait;
 
+use self::connects::{ConnectReport, Connects};
 use self::stream::{Stream, StreamReport};
 use crate::binaries::{self, Binaries};
 use crate::node_agent::NodeAgent;
@@ -70,10 +78,24 @@ pub trait Scene {
     async fn restore_b(&mut self) -> anyhow::Result<()>;
     /// Hostile remote entries found in A's ipcache map.
     fn bad_written(&self) -> anyhow::Result<u32>;
+    /// The global service pod A connects to through socket-LB, when the scene has one.
+    fn global_service(&self) -> Option<GlobalService<'_>> {
+        None
+    }
+}
+
+/// A global service of the scene whose only backends are cluster B's pods.
+pub struct GlobalService<'a> {
+    /// A's node cgroup, where A's socket-LB runs (the client joins it).
+    pub cgroup: &'a ChildCgroup,
+    /// B's pods (namespace, IP), where its backends listen.
+    pub backends: Vec<(&'a Netns, &'a str)>,
+    /// Its VIP.
+    pub vip: &'a str,
 }
 
 /// What one run measured.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct RunReport {
     /// Drops of A's endpoint program from the restart to the end.
     pub drops: u64,
@@ -87,6 +109,8 @@ pub struct RunReport {
     pub waiting: u32,
     /// Bad remote entries found in A's ipcache map (must be 0).
     pub bad_written: u32,
+    /// New connections to the global service, when the scene has one.
+    pub connects: Option<ConnectReport>,
 }
 
 /// Runs both variants and prints the figures.
@@ -105,7 +129,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         None | Some("without-wait") => Some(Box::pin(run_once(&binaries, kind, false)).await?),
         _ => None,
     };
-    for (name, report) in [("with wait", with), ("without wait (0s)", without)] {
+    for (name, report) in [("with wait", &with), ("without wait (0s)", &without)] {
         if let Some(r) = report {
             println!(
                 "{name:<18} drops={} stream: received={} gaps={} resets={} longest_pause={} ms; \
@@ -121,20 +145,39 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 r.b_before_regeneration,
                 r.bad_written
             );
+            if let Some(c) = &r.connects {
+                println!(
+                    "{:<18} global service: {} new connections, {} failed{}",
+                    "",
+                    c.ok + c.failed,
+                    c.failed,
+                    if c.reasons.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({})", c.reasons.join(", "))
+                    }
+                );
+            }
         }
     }
-    let field = |r: Option<RunReport>, f: fn(&RunReport) -> u64| {
-        r.map_or_else(|| "-".to_owned(), |r| f(&r).to_string())
+    let field = |r: &Option<RunReport>, f: fn(&RunReport) -> Option<u64>| {
+        r.as_ref()
+            .and_then(f)
+            .map_or_else(|| "-".to_owned(), |n| n.to_string())
     };
     if with.is_some() && without.is_some() {
         let page = timeline::side_by_side(kind)?;
         println!("timelines side by side: {}", page.display());
     }
+    let failures = |r: &RunReport| r.connects.as_ref().map(|c| c.failed);
     println!(
-        "drops_with_wait={} drops_without_wait={} stream_gaps_with_wait={}",
-        field(with, |r| r.drops),
-        field(without, |r| r.drops),
-        field(with, |r| r.stream.gaps + r.stream.resets),
+        "drops_with_wait={} drops_without_wait={} stream_gaps_with_wait={} \
+         connect_failures_with_wait={} connect_failures_without_wait={}",
+        field(&with, |r| Some(r.drops)),
+        field(&without, |r| Some(r.drops)),
+        field(&with, |r| Some(r.stream.gaps + r.stream.resets)),
+        field(&with, failures),
+        field(&without, failures),
     );
     Ok(())
 }
@@ -171,9 +214,26 @@ async fn restart_a<S: Scene>(
 ) -> anyhow::Result<RunReport> {
     let (client, server) = scene.pods();
     let stream = Stream::start(client, server, scene.pod_b())?;
+    let connects = match scene.global_service() {
+        Some(service) => Some(Connects::start(
+            client,
+            service.cgroup,
+            &service.backends,
+            service.vip,
+        )?),
+        None => None,
+    };
     Wait::new("the stream flowing")
         .timeout(Duration::from_secs(10))
         .until(|| stream.received(), |received| *received >= 200)?;
+    let mut connects = connects;
+    if let Some(connects) = &mut connects {
+        // Counted once the service reached A's maps and connections succeed.
+        Wait::new("new connections to the global service succeeding")
+            .timeout(Duration::from_secs(30))
+            .until(|| connects.ok(), |ok| *ok >= 20)?;
+        connects.count_from_here();
+    }
     let drops_before = scene.agent_a().drops()?;
 
     // A goes down; B's state goes away; A comes back.
@@ -207,6 +267,7 @@ async fn restart_a<S: Scene>(
         waiting: samples.waiting,
         bad_written: scene.bad_written()?,
         drops: scene.agent_a().drops()? - drops_before,
+        connects: connects.map(Connects::finish),
     })
 }
 

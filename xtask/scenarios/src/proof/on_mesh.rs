@@ -2,7 +2,9 @@
 //! remote entry written by a Meshwork apiserver from what its agents published. A is
 //! cluster-1's first node, B cluster-2's first node. B is late because cluster-2's etcd is
 //! down while A restarts (a remote etcd outage) and comes back [`LATE_BY`](super::LATE_BY)
-//! after A is up; cluster-2's apiserver and agents keep running throughout.
+//! after A is up; cluster-2's apiserver and agents keep running throughout. Every agent runs
+//! socket-LB on its node's cgroup, and cluster-2 declares the global service [`VIP`] whose
+//! backends are its pods.
 
 use std::path::Path;
 use std::time::Duration;
@@ -10,7 +12,8 @@ use std::time::Duration;
 use anyhow::Context as _;
 use meshwork_lab::net::Netns;
 
-use super::Scene;
+use super::connects::PORT;
+use super::{GlobalService, Scene};
 use crate::binaries::Binaries;
 use crate::mesh::{Mesh, MeshNode, MeshSpec, POD_ENDPOINT};
 use crate::node_agent::NodeAgent;
@@ -25,6 +28,8 @@ pub struct MeshScene {
 
 const A: (usize, usize) = (0, 0);
 const B: (usize, usize) = (1, 0);
+/// The global service's VIP: in the lab's pod range, no pod's, routed nowhere.
+const VIP: &str = "10.214.250.1";
 
 impl MeshScene {
     /// The demo's mesh (3 clusters × 2 nodes), its pods added, converged.
@@ -33,10 +38,17 @@ impl MeshScene {
         // kvstoremesh cache that would hide it being down.
         let spec = MeshSpec {
             kvstoremesh: false,
+            socket_lb: true,
             ..MeshSpec::demo()
         };
         let mesh = Mesh::start(binaries, &spec, dir, "1m", &mut |_| {}).await?;
         mesh.add_pods().await?;
+        let backends = mesh.declare_global_service(B.0, "echo", VIP, PORT).await?;
+        anyhow::ensure!(
+            backends == spec.nodes,
+            "the global service has {backends} backends in {}, not one per node",
+            mesh.clusters[B.0].name
+        );
         mesh.wait_converged(CONVERGE_TIMEOUT)
             .await
             .context("the mesh converging")?;
@@ -92,5 +104,25 @@ impl Scene for MeshScene {
     fn bad_written(&self) -> anyhow::Result<u32> {
         // An apiserver writes only what it validated: there is nothing hostile to find.
         Ok(0)
+    }
+
+    fn global_service(&self) -> Option<GlobalService<'_>> {
+        let backends = self.mesh.clusters[B.0]
+            .nodes
+            .iter()
+            .map(|node| {
+                let pod = self
+                    .mesh
+                    .net
+                    .pod(&node.addrs.name)
+                    .expect("every node has a pod");
+                (pod, node.addrs.pod_ip.as_str())
+            })
+            .collect();
+        Some(GlobalService {
+            cgroup: self.node(A).cgroup.as_ref()?,
+            backends,
+            vip: VIP,
+        })
     }
 }
