@@ -70,15 +70,7 @@ impl ChildCgroup {
             .arg(&self.path)
             .arg(inner.get_program())
             .args(inner.get_args());
-        for (key, value) in inner.get_envs() {
-            match value {
-                Some(value) => command.env(key, value),
-                None => command.env_remove(key),
-            };
-        }
-        if let Some(dir) = inner.get_current_dir() {
-            command.current_dir(dir);
-        }
+        crate::process::carry_env_and_dir(inner, &mut command);
         command
     }
 

@@ -208,3 +208,17 @@ pub fn run(command: &mut Command) -> Result<String> {
         })
     }
 }
+
+/// Gives `command` the environment changes and working directory of `inner`, when a wrapper
+/// (a namespace, a cgroup) runs `inner`'s program.
+pub fn carry_env_and_dir(inner: &Command, command: &mut Command) {
+    for (key, value) in inner.get_envs() {
+        match value {
+            Some(value) => command.env(key, value),
+            None => command.env_remove(key),
+        };
+    }
+    if let Some(dir) = inner.get_current_dir() {
+        command.current_dir(dir);
+    }
+}

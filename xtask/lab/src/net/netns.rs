@@ -216,15 +216,7 @@ impl Netns {
     pub fn wrap(&self, inner: &Command) -> Command {
         let mut command = self.command(inner.get_program());
         command.args(inner.get_args());
-        for (key, value) in inner.get_envs() {
-            match value {
-                Some(value) => command.env(key, value),
-                None => command.env_remove(key),
-            };
-        }
-        if let Some(dir) = inner.get_current_dir() {
-            command.current_dir(dir);
-        }
+        process::carry_env_and_dir(inner, &mut command);
         command
     }
 
