@@ -46,7 +46,8 @@ pub struct Device {
 
 impl Device {
     /// Brings the device up (starting the userspace fallback if configured), reads its peers
-    /// (the restored ones) and sets the private key and listen port. Peers stay as they are.
+    /// (the restored ones) and sets the private key, and the listen port unless the device
+    /// already listens there. Peers stay as they are.
     pub fn open(
         backend: Box<dyn Backend>,
         private_key: PrivateKey,
@@ -74,14 +75,17 @@ impl Device {
             peers = restored.peers.len(),
             "restored WireGuard peers"
         );
-        device.configure()?;
+        device.configure(restored.listen_port)?;
         Ok((device, restored))
     }
 
-    fn configure(&mut self) -> Result<(), BackendError> {
+    /// Sets the private key, and the listen port unless `current_port` is it already:
+    /// wireguard-go rebinds its socket on every `listen_port` it is given, losing what
+    /// arrives meanwhile, so a restarted agent must not touch a port that is right.
+    fn configure(&mut self, current_port: u16) -> Result<(), BackendError> {
         self.backend.set(&DeviceUpdate {
             private_key: Some(self.private_key.secret()),
-            listen_port: Some(LISTEN_PORT),
+            listen_port: (current_port != LISTEN_PORT).then_some(LISTEN_PORT),
             peers: Vec::new(),
         })
     }
@@ -153,7 +157,8 @@ impl Device {
                 return false;
             }
         }
-        if let Err(err) = self.configure() {
+        // A recreated device listens nowhere yet.
+        if let Err(err) = self.configure(0) {
             self.last_error = Some(err.to_string());
             return false;
         }
@@ -334,5 +339,54 @@ mod tests {
             !device.probe(&mut table),
             "an answering device needs nothing"
         );
+    }
+
+    /// Records every update it is sent.
+    struct Recorder {
+        state: DeviceState,
+        updates: std::sync::Arc<std::sync::Mutex<Vec<DeviceUpdate>>>,
+    }
+
+    impl Backend for Recorder {
+        fn device(&self) -> &str {
+            "recorder"
+        }
+        fn kind(&self) -> &'static str {
+            "test"
+        }
+        fn get(&mut self) -> Result<DeviceState, BackendError> {
+            Ok(self.state.clone())
+        }
+        fn set(&mut self, update: &DeviceUpdate) -> Result<(), BackendError> {
+            self.updates.lock().unwrap().push(update.clone());
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_reused_device_on_the_right_port_is_not_rebound() {
+        for (port, expected) in [
+            (LISTEN_PORT, None),
+            (0, Some(LISTEN_PORT)),
+            (51820, Some(LISTEN_PORT)),
+        ] {
+            let updates = std::sync::Arc::default();
+            let backend = Recorder {
+                state: DeviceState {
+                    listen_port: port,
+                    has_private_key: port != 0,
+                    peers: vec![peer(1)],
+                },
+                updates: std::sync::Arc::clone(&updates),
+            };
+            let key = PrivateKey::generate();
+            let (_device, restored) = Device::open(Box::new(backend), key.clone(), None).unwrap();
+            assert_eq!(restored.peers.len(), 1);
+            let updates = updates.lock().unwrap();
+            assert_eq!(updates.len(), 1, "one configuring request at open");
+            assert_eq!(updates[0].listen_port, expected, "device on port {port}");
+            assert_eq!(updates[0].private_key, Some(key.secret()));
+            assert!(updates[0].peers.is_empty(), "restored peers stay");
+        }
     }
 }

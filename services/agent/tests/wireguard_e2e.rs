@@ -8,7 +8,7 @@
 //! address.
 
 use std::net::{IpAddr, UdpSocket};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -20,7 +20,7 @@ use meshwork_lab::cilium::{Cluster, Sizes};
 use meshwork_lab::etcd::EtcdServer;
 use meshwork_lab::net::{LabNet, Netns};
 use meshwork_lab::wait;
-use meshwork_lab::wireguard::{WireguardGo, unique_device_name};
+use meshwork_lab::wireguard::{WireguardGo, netns_wrapper, unique_device_name};
 use meshwork_wireguard::key::{Key, PrivateKey};
 use serde_json::{Value, json};
 
@@ -419,16 +419,7 @@ fn duplicate_and_malformed_keys_are_rejected_and_a_vanished_fallback_device_is_r
     let dev_a = unique_device_name();
     // The agent's fallback runs wireguard-go inside the node namespace, never in the root one.
     let bin_dir = tempfile::tempdir().unwrap();
-    let wrapper = bin_dir.path().join("wireguard-go-in-ns");
-    std::fs::write(
-        &wrapper,
-        format!(
-            "#!/bin/sh\nexec nsenter --net={} wireguard-go \"$@\"\n",
-            a.path().display()
-        ),
-    )
-    .unwrap();
-    make_executable(&wrapper);
+    let wrapper = netns_wrapper(&a, bin_dir.path()).unwrap();
 
     let key1 = PrivateKey::generate().public_key().to_base64();
     let key3 = PrivateKey::generate().public_key().to_base64();
@@ -516,11 +507,6 @@ fn duplicate_and_malformed_keys_are_rejected_and_a_vanished_fallback_device_is_r
         nix::sys::signal::Signal::SIGTERM,
     )
     .unwrap();
-}
-
-fn make_executable(path: &Path) {
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
 /// Numbered UDP datagrams from pod a (10.214.1.1) to an echo server on pod b (10.214.2.1),

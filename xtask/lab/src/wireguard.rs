@@ -56,6 +56,26 @@ pub fn socket_path(device: &str) -> PathBuf {
     Path::new(SOCKET_DIR).join(format!("{device}.sock"))
 }
 
+/// Writes `<dir>/wireguard-go-in-<netns name>`: a program that runs wireguard-go inside
+/// `netns`, for an agent's `--wireguard-userspace-bin`. An agent in the root namespace then
+/// creates its fallback device in its node's namespace, never in the root one. Its path.
+pub fn netns_wrapper(netns: &Netns, dir: &Path) -> Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let nsenter = paths::find_program("nsenter")?;
+    let program = paths::find_program("wireguard-go")?;
+    let wrapper = dir.join(format!("wireguard-go-in-{}", netns.name()));
+    let script = format!(
+        "#!/bin/sh\nexec {} --net={} -- {} \"$@\"\n",
+        nsenter.display(),
+        netns.path().display(),
+        program.display()
+    );
+    let written = std::fs::write(&wrapper, script)
+        .and_then(|()| std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)));
+    written.map_err(LabError::io(format!("writing {}", wrapper.display())))?;
+    Ok(wrapper)
+}
+
 /// Removes UAPI sockets of lab devices (`mwg<pid>-*`) whose process is gone and which no
 /// longer answer. Returns the paths removed.
 pub fn sweep_stale_sockets() -> Vec<PathBuf> {

@@ -116,37 +116,21 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 /// The no-drop proof on the same topology, with its negative control, figures side by side.
 async fn proof_step(binaries: &binaries::Binaries) -> anyhow::Result<()> {
     println!(
-        "\nThe no-drop proof on this topology: pod-1-1 streams TCP to pod-2-1 through its BPF \
-         endpoint program; cluster-1-node-1's agent restarts while cluster-2's etcd is down, \
-         back {} s after the agent.",
+        "\nThe no-drop proof on this topology, with WireGuard between the clusters: pod-1-1 \
+         streams TCP to pod-2-1 through its BPF endpoint program; cluster-1-node-1's agent \
+         restarts while cluster-2's etcd is down, back {} s after the agent.",
         crate::proof::LATE_BY.as_secs()
     );
     let with = Box::pin(crate::proof::run_once(binaries, SceneKind::Mesh, true)).await?;
     let without = Box::pin(crate::proof::run_once(binaries, SceneKind::Mesh, false)).await?;
-    let failed = |r: &crate::proof::RunReport| {
-        r.connects.as_ref().map_or_else(
-            || "-".to_owned(),
-            |c| format!("{}/{}", c.failed, c.ok + c.failed),
-        )
-    };
     println!(
-        "  {:<58} {:>6} {:>12} {:>22}\n  {:<58} {:>6} {:>12} {:>22}\n  {:<58} {:>6} {:>12} {:>22}",
-        "",
-        "drops",
-        "stream gaps",
-        "failed new connections",
-        "with the bounded wait (default 1m)",
-        with.drops,
-        with.stream.gaps + with.stream.resets,
-        failed(&with),
-        "without it (the sync timeouts 0s)",
-        without.drops,
-        without.stream.gaps + without.stream.resets,
-        failed(&without),
+        "{}",
+        crate::proof::table::table(Some(&with), Some(&without))
     );
     println!(
         "  (new connections: pod-1-1 → the global service echo, backends only in cluster-2, \
-         20/s through socket-LB)"
+         20/s through socket-LB; the UDP stream: pod-2-1 → pod-1-1, every 5 ms, through the \
+         nodes' WireGuard tunnels)"
     );
     let page = crate::proof::timeline::side_by_side(SceneKind::Mesh)?;
     println!(

@@ -14,6 +14,7 @@ use meshwork_lab::wait::Wait;
 use meshwork_proto::agent::v1 as pb;
 use meshwork_proto::agent::v1::agent_client::AgentClient;
 use meshwork_proto::agent::v1::datapath_client::DatapathClient;
+use meshwork_proto::agent::v1::encrypt_client::EncryptClient;
 
 use crate::binaries::Binaries;
 
@@ -181,6 +182,17 @@ impl NodeAgent {
             .ok()
             .and_then(|s| s.clustermesh)
             .is_some_and(|m| m.total > 0 && m.ready == m.total)
+    }
+
+    /// How many WireGuard peers its device has, as its Encrypt API reports them.
+    pub async fn wireguard_peers(&self) -> anyhow::Result<usize> {
+        let channel = meshwork_proto::connect_unix(&self.socket()).await?;
+        Ok(EncryptClient::new(channel)
+            .status(pb::EncryptStatusRequest {})
+            .await?
+            .into_inner()
+            .peers
+            .len())
     }
 
     /// Total drops of its endpoint programs.

@@ -2,8 +2,9 @@
 //! each cluster's apiserver) and hand-written Cilium-format fixtures. Real agents, apiservers,
 //! etcd and BPF programs in lab network namespaces (see `meshwork-scenarios proof`). With the
 //! bounded wait nothing drops and the stream has no gap (and, on the mesh, no new connection to
-//! the global service fails); the negative control (0s) must drop, stall the stream and fail
-//! connections, proving the checks can fail.
+//! the global service fails and the stream through WireGuard alone has no gap); the negative
+//! control (0s) must drop, stall the stream, fail connections and stall the WireGuard stream,
+//! proving the checks can fail.
 
 use std::process::Command;
 
@@ -57,6 +58,19 @@ fn proof(flags: &[&str]) {
         assert!(
             get("connect_failures_without_wait") > 0,
             "the negative control's connections must fail:\n{stdout}"
+        );
+        // Every cross-cluster packet goes through WireGuard: A keeps B's restored peers until
+        // B's nodes are known, so the stream that only WireGuard can break never stalls; the
+        // negative control prunes them while B is late.
+        assert_eq!(get("wg_stream_gaps_with_wait"), 0, "{stdout}");
+        assert!(
+            get("wg_stream_gaps_without_wait") > 0,
+            "the negative control's WireGuard stream must stall:\n{stdout}"
+        );
+    } else {
+        assert!(
+            last.ends_with("wg_stream_gaps_with_wait=- wg_stream_gaps_without_wait=-"),
+            "{last}"
         );
     }
     // The sampled order: with the wait the endpoint waited and never ran on a map without B.

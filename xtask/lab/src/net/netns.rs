@@ -312,6 +312,11 @@ impl Netns {
         self.ip(&["route", "add", dest, "dev", dev]).map(drop)
     }
 
+    /// Points the route to `dest` (a prefix) straight out of `dev`, replacing any route to it.
+    pub fn replace_route_dev(&self, dest: &str, dev: &str) -> Result<()> {
+        self.ip(&["route", "replace", dest, "dev", dev]).map(drop)
+    }
+
     /// Turns on IPv4 and IPv6 forwarding (for node namespaces that route for pods).
     pub fn enable_forwarding(&self) -> Result<()> {
         self.sysctl("net.ipv4.ip_forward", "1")?;

@@ -6,6 +6,7 @@
 mod net;
 mod pods;
 mod services;
+mod tunnel;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -19,6 +20,7 @@ use meshwork_lab::wait::Wait;
 
 pub use self::net::{MeshNet, NodeAddrs};
 pub use self::pods::POD_ENDPOINT;
+pub use self::tunnel::NodeTunnel;
 use crate::binaries::Binaries;
 use crate::node_agent::NodeAgent;
 
@@ -37,6 +39,9 @@ pub struct MeshSpec {
     /// Every agent runs socket-LB (`--bpf-lb-sock`) on a child cgroup of its own node
     /// ([`MeshNode::cgroup`]), where the node's client processes go.
     pub socket_lb: bool,
+    /// Traffic between clusters goes through each node's WireGuard device, whose peers its
+    /// agent configures from the remote nodes ([`NodeTunnel`]).
+    pub wireguard: bool,
 }
 
 impl MeshSpec {
@@ -50,6 +55,7 @@ impl MeshSpec {
             initial_sync_timeout: Duration::from_secs(5),
             kvstoremesh: true,
             socket_lb: false,
+            wireguard: false,
         }
     }
 }
@@ -81,6 +87,9 @@ pub struct MeshNode {
     pub addrs: NodeAddrs,
     /// With [`MeshSpec::socket_lb`]: the node's cgroup, where its socket-LB programs run.
     pub cgroup: Option<ChildCgroup>,
+    /// With [`MeshSpec::wireguard`]: the node's WireGuard device, held to be stopped after
+    /// the agent (fields drop in order).
+    _tunnel: Option<NodeTunnel>,
 }
 
 /// The running mesh; dropping it stops every process and removes the namespaces.
@@ -195,6 +204,13 @@ impl Mesh {
                 } else {
                     None
                 };
+                let tunnel = if spec.wireguard {
+                    let tunnel = NodeTunnel::start(&net, addrs, &dir.join(&addrs.name))?;
+                    flags.extend(tunnel.agent_flags().iter().cloned());
+                    Some(tunnel)
+                } else {
+                    None
+                };
                 let mut agent = NodeAgent::new(
                     dir,
                     &addrs.name,
@@ -216,6 +232,7 @@ impl Mesh {
                     agent,
                     addrs: addrs.clone(),
                     cgroup,
+                    _tunnel: tunnel,
                 });
             }
         }
@@ -233,8 +250,9 @@ impl Mesh {
             .flat_map(|c| c.nodes.iter().map(move |n| (c, n)))
     }
 
-    /// Waits (at most `timeout`) until every agent has every remote cluster ready and every
-    /// remote pod in its ipcache map; returns how long that took.
+    /// Waits (at most `timeout`) until every agent has every remote cluster ready, every
+    /// remote pod in its ipcache map and, with WireGuard, a peer for every remote node;
+    /// returns how long that took.
     pub async fn wait_converged(&self, timeout: Duration) -> anyhow::Result<Duration> {
         let started = Instant::now();
         for (cluster, node) in self.nodes() {
@@ -243,6 +261,11 @@ impl Mesh {
                 .filter(|(c, _)| c.id != cluster.id)
                 .map(|(_, n)| n.addrs.pod_ip.as_str())
                 .collect();
+            let peers = if self.spec.wireguard {
+                remote_pods.len()
+            } else {
+                0
+            };
             let left = timeout.saturating_sub(started.elapsed());
             Wait::new(format!("{} to hold every remote pod", node.addrs.name))
                 .timeout(left)
@@ -251,6 +274,8 @@ impl Mesh {
                         node.agent.mesh_ready().await
                             && node.agent.ipcache_holds(&remote_pods).ok()
                                 == Some(remote_pods.len())
+                            && (peers == 0
+                                || node.agent.wireguard_peers().await.ok() == Some(peers))
                     },
                     |done| *done,
                 )

@@ -1,7 +1,8 @@
 //! The mesh's network: every node namespace plugged into one lab switch (the underlay), a pod
 //! namespace per node behind a veth whose host side carries the endpoint program, and routes
-//! from each node to every other node's pod CIDR. All inside lab namespaces; the root
-//! namespace only holds the lab's `unreachable` guard routes.
+//! from each node to every other node's pod CIDR (over the underlay; with WireGuard the routes
+//! to other clusters go through the node's tunnel, [`super::tunnel`]). All inside lab
+//! namespaces; the root namespace only holds the lab's `unreachable` guard routes.
 
 use std::path::{Path, PathBuf};
 
@@ -80,12 +81,19 @@ impl MeshNet {
         })
     }
 
+    /// Every node.
+    pub fn nodes(&self) -> impl Iterator<Item = &NodeAddrs> {
+        self.nodes.iter().map(|(addrs, _, _)| addrs)
+    }
+
     /// The nodes of cluster `id`.
     pub fn nodes_of(&self, id: u32) -> impl Iterator<Item = &NodeAddrs> {
-        self.nodes
-            .iter()
-            .map(|(addrs, _, _)| addrs)
-            .filter(move |addrs| addrs.cluster_id == id)
+        self.nodes().filter(move |addrs| addrs.cluster_id == id)
+    }
+
+    /// The namespace of the node named `node`.
+    pub fn node(&self, node: &str) -> Option<&Netns> {
+        self.find(node).map(|(_, netns, _)| netns)
     }
 
     /// The pod namespace of the node named `node`.

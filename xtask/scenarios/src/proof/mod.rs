@@ -9,17 +9,23 @@
 //! restarts), or with `--fixtures` two clusters whose etcd holds Cilium-format state written
 //! by hand, hostile entries included (B is late because its canaries are withdrawn).
 //!
-//! On the mesh a second figure runs beside the stream: pod A opens new connections (20/s) to a
-//! global service whose only backends are cluster B's pods, through A's socket-LB. With the
+//! On the mesh two more figures run beside the stream. Pod A opens new connections (20/s) to
+//! a global service whose only backends are cluster B's pods, through A's socket-LB: with the
 //! wait the restored service entries serve until B is back; without it
 //! (`--clustermesh-sync-timeout=0s` too) they are pruned while B is late, and connects fail.
+//! And every cross-cluster packet goes through userspace WireGuard tunnels between the node
+//! namespaces, with a second stream (UDP, pod B → pod A) that only WireGuard can break: with
+//! the wait A keeps B's restored peers until B's nodes are known; without it they are pruned
+//! while B is late, and that stream stalls.
 
 mod connects;
 mod fixtures;
 mod fixtures_net;
 mod on_mesh;
 pub mod stream;
+pub mod table;
 pub mod timeline;
+mod wg_stream;
 
 use std::cell::Cell;
 use std::path::Path;
@@ -32,6 +38,7 @@ use meshwork_lab::wait::Wait;
 
 use self::connects::{ConnectReport, Connects};
 use self::stream::{Stream, StreamReport};
+use self::wg_stream::WgStream;
 use crate::binaries::{self, Binaries};
 use crate::node_agent::NodeAgent;
 
@@ -82,6 +89,11 @@ pub trait Scene {
     fn global_service(&self) -> Option<GlobalService<'_>> {
         None
     }
+    /// When traffic between the clusters goes through WireGuard: pod B (the WireGuard
+    /// stream's client), pod A (its server) and pod A's IP.
+    fn wireguard_stream(&self) -> Option<(&Netns, &Netns, &str)> {
+        None
+    }
 }
 
 /// A global service of the scene whose only backends are cluster B's pods.
@@ -111,6 +123,8 @@ pub struct RunReport {
     pub bad_written: u32,
     /// New connections to the global service, when the scene has one.
     pub connects: Option<ConnectReport>,
+    /// The stream that only WireGuard can break, when the scene has tunnels.
+    pub wg_stream: Option<StreamReport>,
 }
 
 /// Runs both variants and prints the figures.
@@ -131,54 +145,15 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     };
     for (name, report) in [("with wait", &with), ("without wait (0s)", &without)] {
         if let Some(r) = report {
-            println!(
-                "{name:<18} drops={} stream: received={} gaps={} resets={} longest_pause={} ms; \
-                 samples: waiting={} regenerated-without-B={} B-before-regeneration={}; \
-                 bad entries written={}",
-                r.drops,
-                r.stream.received,
-                r.stream.gaps,
-                r.stream.resets,
-                r.stream.longest_pause.as_millis(),
-                r.waiting,
-                r.regenerated_without_b,
-                r.b_before_regeneration,
-                r.bad_written
-            );
-            if let Some(c) = &r.connects {
-                println!(
-                    "{:<18} global service: {} new connections, {} failed{}",
-                    "",
-                    c.ok + c.failed,
-                    c.failed,
-                    if c.reasons.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" ({})", c.reasons.join(", "))
-                    }
-                );
-            }
+            println!("{}", table::details(name, r));
         }
     }
-    let field = |r: &Option<RunReport>, f: fn(&RunReport) -> Option<u64>| {
-        r.as_ref()
-            .and_then(f)
-            .map_or_else(|| "-".to_owned(), |n| n.to_string())
-    };
     if with.is_some() && without.is_some() {
         let page = timeline::side_by_side(kind)?;
         println!("timelines side by side: {}", page.display());
     }
-    let failures = |r: &RunReport| r.connects.as_ref().map(|c| c.failed);
-    println!(
-        "drops_with_wait={} drops_without_wait={} stream_gaps_with_wait={} \
-         connect_failures_with_wait={} connect_failures_without_wait={}",
-        field(&with, |r| Some(r.drops)),
-        field(&without, |r| Some(r.drops)),
-        field(&with, |r| Some(r.stream.gaps + r.stream.resets)),
-        field(&with, failures),
-        field(&without, failures),
-    );
+    println!("\n{}", table::table(with.as_ref(), without.as_ref()));
+    println!("{}", table::closing_line(with.as_ref(), without.as_ref()));
     Ok(())
 }
 
@@ -223,9 +198,20 @@ async fn restart_a<S: Scene>(
         )?),
         None => None,
     };
+    let wg_stream = match scene.wireguard_stream() {
+        Some((client, server, server_ip)) => Some(WgStream::start(client, server, server_ip)?),
+        None => None,
+    };
     Wait::new("the stream flowing")
         .timeout(Duration::from_secs(10))
         .until(|| stream.received(), |received| *received >= 200)?;
+    let mut wg_stream = wg_stream;
+    if let Some(wg_stream) = &mut wg_stream {
+        Wait::new("the WireGuard stream flowing")
+            .timeout(Duration::from_secs(10))
+            .until(|| wg_stream.received(), |received| *received >= 200)?;
+        wg_stream.count_from_here();
+    }
     let mut connects = connects;
     if let Some(connects) = &mut connects {
         // Counted once the service reached A's maps and connections succeed.
@@ -268,6 +254,7 @@ async fn restart_a<S: Scene>(
         bad_written: scene.bad_written()?,
         drops: scene.agent_a().drops()? - drops_before,
         connects: connects.map(Connects::finish),
+        wg_stream: wg_stream.map(WgStream::finish),
     })
 }
 

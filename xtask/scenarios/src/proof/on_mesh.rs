@@ -4,7 +4,9 @@
 //! down while A restarts (a remote etcd outage) and comes back [`LATE_BY`](super::LATE_BY)
 //! after A is up; cluster-2's apiserver and agents keep running throughout. Every agent runs
 //! socket-LB on its node's cgroup, and cluster-2 declares the global service [`VIP`] whose
-//! backends are its pods.
+//! backends are its pods. Traffic between clusters goes through each node's WireGuard device,
+//! whose peers its agent configures; a UDP stream from B's pod to A's pod shows what WireGuard
+//! alone does across the restart.
 
 use std::path::Path;
 use std::time::Duration;
@@ -39,6 +41,7 @@ impl MeshScene {
         let spec = MeshSpec {
             kvstoremesh: false,
             socket_lb: true,
+            wireguard: true,
             ..MeshSpec::demo()
         };
         let mesh = Mesh::start(binaries, &spec, dir, "1m", &mut |_| {}).await?;
@@ -104,6 +107,11 @@ impl Scene for MeshScene {
     fn bad_written(&self) -> anyhow::Result<u32> {
         // An apiserver writes only what it validated: there is nothing hostile to find.
         Ok(0)
+    }
+
+    fn wireguard_stream(&self) -> Option<(&Netns, &Netns, &str)> {
+        let (a, b) = self.pods();
+        Some((b, a, &self.node(A).addrs.pod_ip))
     }
 
     fn global_service(&self) -> Option<GlobalService<'_>> {

@@ -100,17 +100,15 @@ fn send(mut out: TcpStream, stop: &AtomicBool) -> u64 {
 }
 
 fn receive(mut incoming: TcpStream, stop: &AtomicBool, received: &AtomicU64) -> StreamReport {
-    let mut report = StreamReport::default();
+    let mut arrivals = Arrivals::new();
     let mut buf = [0u8; 8];
     let mut filled = 0;
-    let mut last = Instant::now();
-    let mut expected = 0u64;
     while !stop.load(Ordering::Relaxed) {
         match incoming.read(&mut buf[filled..]) {
             // The sender closing at the end is not a reset.
             Ok(0) => {
                 if !stop.load(Ordering::Relaxed) {
-                    report.resets += 1;
+                    arrivals.report.resets += 1;
                 }
                 break;
             }
@@ -120,37 +118,77 @@ fn receive(mut incoming: TcpStream, stop: &AtomicBool, received: &AtomicU64) -> 
                     continue;
                 }
                 filled = 0;
-                let pause = last.elapsed();
-                last = Instant::now();
-                report.longest_pause = report.longest_pause.max(pause);
-                if pause > GAP {
-                    report.gaps += 1;
-                }
-                if u64::from_be_bytes(buf) != expected {
-                    report.gaps += 1;
-                }
-                expected = u64::from_be_bytes(buf) + 1;
-                report.received += 1;
-                received.store(report.received, Ordering::Relaxed);
+                arrivals.arrived(u64::from_be_bytes(buf));
+                received.store(arrivals.report.received, Ordering::Relaxed);
             }
-            Err(err)
-                if matches!(
-                    err.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) => {}
+            Err(err) if is_timeout(&err) => {}
             Err(_) => {
                 if !stop.load(Ordering::Relaxed) {
-                    report.resets += 1;
+                    arrivals.report.resets += 1;
                 }
                 break;
             }
         }
     }
-    // A stream that stalled for good has no later arrival to show the pause: count it here.
-    let pause = last.elapsed();
-    report.longest_pause = report.longest_pause.max(pause);
-    if pause > GAP {
-        report.gaps += 1;
+    arrivals.finish()
+}
+
+/// Whether a read with a timeout just timed out.
+pub fn is_timeout(err: &std::io::Error) -> bool {
+    matches!(
+        err.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    )
+}
+
+/// A receiver's bookkeeping of sequence numbers as they arrive.
+pub struct Arrivals {
+    /// What it saw so far.
+    pub report: StreamReport,
+    last: Instant,
+    expected: u64,
+}
+
+impl Default for Arrivals {
+    fn default() -> Self {
+        Self::new()
     }
-    report
+}
+
+impl Arrivals {
+    /// Nothing arrived yet; the clock for the first pause starts now.
+    pub fn new() -> Self {
+        Self {
+            report: StreamReport::default(),
+            last: Instant::now(),
+            expected: 0,
+        }
+    }
+
+    /// Sequence number `seq` arrived: a pause longer than [`GAP`] before it is a gap, and so
+    /// is a number other than the next one expected.
+    pub fn arrived(&mut self, seq: u64) {
+        let pause = self.last.elapsed();
+        self.last = Instant::now();
+        self.report.longest_pause = self.report.longest_pause.max(pause);
+        if pause > GAP {
+            self.report.gaps += 1;
+        }
+        if seq != self.expected {
+            self.report.gaps += 1;
+        }
+        self.expected = seq + 1;
+        self.report.received += 1;
+    }
+
+    /// The report; a stream that stalled for good has no later arrival to show the pause, so
+    /// the pause up to now counts too.
+    pub fn finish(mut self) -> StreamReport {
+        let pause = self.last.elapsed();
+        self.report.longest_pause = self.report.longest_pause.max(pause);
+        if pause > GAP {
+            self.report.gaps += 1;
+        }
+        self.report
+    }
 }
