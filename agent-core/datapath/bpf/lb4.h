@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Cilium's lb4 maps, shared by the endpoint object (which creates them, pinned by name, when it
-// loads) and the socket-LB programs (which read them). Keep in step with services.rs.
+// loads) and the socket-LB programs (which read them), and the socket-LB counters. Keep in step
+// with services.rs.
 
 #ifndef MESHWORK_LB4_H
 #define MESHWORK_LB4_H
@@ -95,5 +96,22 @@ struct {
 	__uint(max_entries, LB_MAP_ENTRIES);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } cilium_lb4_reverse_sk SEC(".maps");
+
+// Meshwork's own (Cilium has none): what the socket-LB programs did, per CPU, pinned so the
+// counts go on across agent restarts as the programs do. Keep in step with socket_lb_stats.rs.
+#define SOCK_LB_CONNECT4 0
+#define SOCK_LB_SENDMSG4 1
+#define SOCK_LB_RECVMSG4 2
+#define SOCK_LB_GETPEERNAME4 3
+#define SOCK_LB_REFUSED 4
+#define SOCK_LB_STATS_MAX 8
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, SOCK_LB_STATS_MAX);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} meshwork_sock_lb_stats SEC(".maps");
 
 #endif

@@ -2,8 +2,9 @@
 // Meshwork socket-LB: cgroup sock_addr programs that translate a service's frontend (VIP and
 // port) to one of its backends when a socket connects or sends (connect4, sendmsg4), and the
 // backend back to the frontend when the socket reads its peer (recvmsg4, getpeername4), as
-// Cilium's bpf_sock.c does. They read the lb4 maps the agent writes (lb4.h); attached to the
-// node's cgroup2 root, with their links pinned, so translation goes on while the agent is down.
+// Cilium's bpf_sock.c does. They read the lb4 maps the agent writes (lb4.h) and count each
+// translation and refusal (meshwork_sock_lb_stats); attached to the node's cgroup2 root, with
+// their links pinned, so translation goes on while the agent is down.
 
 #include <linux/bpf.h>
 #include <linux/in.h>
@@ -22,6 +23,15 @@ static __always_inline __u8 protocol_of(struct bpf_sock_addr *ctx)
 	volatile __u32 protocol = ctx->protocol;
 
 	return (__u8)protocol;
+}
+
+// One more of `what` (SOCK_LB_*) on this CPU: no atomics needed, the agent sums the CPUs.
+static __always_inline void count(__u32 what)
+{
+	__u64 *n = bpf_map_lookup_elem(&meshwork_sock_lb_stats, &what);
+
+	if (n)
+		*n += 1;
 }
 
 // The frontend's master, backend slot and backend for `ctx`'s destination: 0 and `*out` set,
@@ -70,7 +80,7 @@ static __always_inline int xlate_fwd(struct bpf_sock_addr *ctx)
 	int err = pick_backend(ctx, &key, &svc, &backend);
 
 	if (err)
-		return err > 0 ? 0 : err;
+		return err;
 	rkey.cookie = bpf_get_socket_cookie(ctx);
 	rkey.address = backend->address;
 	rkey.port = backend->port;
@@ -89,11 +99,15 @@ static __always_inline int xlate_fwd(struct bpf_sock_addr *ctx)
 	return 0;
 }
 
-static __always_inline int forward(struct bpf_sock_addr *ctx)
+// 0: translated; 1: the destination is no service; negative: refused with that error.
+static __always_inline int forward(struct bpf_sock_addr *ctx, __u32 hook)
 {
 	int err = xlate_fwd(ctx);
 
-	if (err == -EHOSTUNREACH || err == -ENOMEM) {
+	if (err == 0) {
+		count(hook);
+	} else if (err == -EHOSTUNREACH || err == -ENOMEM) {
+		count(SOCK_LB_REFUSED);
 		bpf_set_retval(err);
 		return SYS_REJECT;
 	}
@@ -101,8 +115,9 @@ static __always_inline int forward(struct bpf_sock_addr *ctx)
 }
 
 // The peer a socket reads back is the frontend it asked for, while that service still holds
-// backends under the same rev-NAT index; otherwise the record is stale and goes.
-static __always_inline void xlate_rev(struct bpf_sock_addr *ctx)
+// backends under the same rev-NAT index; otherwise the record is stale and goes. Counted as
+// `hook` when translated.
+static __always_inline void xlate_rev(struct bpf_sock_addr *ctx, __u32 hook)
 {
 	struct ipv4_revnat_tuple rkey = {};
 	struct ipv4_revnat_entry *rval;
@@ -125,31 +140,32 @@ static __always_inline void xlate_rev(struct bpf_sock_addr *ctx)
 	}
 	ctx->user_ip4 = rval->address;
 	ctx->user_port = (__u32)rval->port;
+	count(hook);
 }
 
 SEC("cgroup/connect4")
 int cil_sock4_connect(struct bpf_sock_addr *ctx)
 {
-	return forward(ctx);
+	return forward(ctx, SOCK_LB_CONNECT4);
 }
 
 SEC("cgroup/sendmsg4")
 int cil_sock4_sendmsg(struct bpf_sock_addr *ctx)
 {
-	return forward(ctx);
+	return forward(ctx, SOCK_LB_SENDMSG4);
 }
 
 SEC("cgroup/recvmsg4")
 int cil_sock4_recvmsg(struct bpf_sock_addr *ctx)
 {
-	xlate_rev(ctx);
+	xlate_rev(ctx, SOCK_LB_RECVMSG4);
 	return SYS_PROCEED;
 }
 
 SEC("cgroup/getpeername4")
 int cil_sock4_getpeername(struct bpf_sock_addr *ctx)
 {
-	xlate_rev(ctx);
+	xlate_rev(ctx, SOCK_LB_GETPEERNAME4);
 	return SYS_PROCEED;
 }
 

@@ -1,6 +1,6 @@
 //! Drop counters by reason, summed over CPUs. Keep the codes in step with `bpf/endpoint.c`.
 
-use super::maps::{MapsError, PinDir};
+use super::maps::{DROPS_MAP, MapsError, PinDir, counter_sum};
 
 /// Why the endpoint program dropped a packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -36,15 +36,7 @@ pub fn read(pins: &PinDir) -> Result<Vec<(DropReason, u64)>, MapsError> {
     let map = pins.open_drops()?;
     DropReason::ALL
         .iter()
-        .map(|&reason| {
-            let per_cpu = map
-                .get(&(reason as u32), 0)
-                .map_err(|source| MapsError::Map {
-                    name: super::maps::DROPS_MAP,
-                    error: source,
-                })?;
-            Ok((reason, per_cpu.iter().sum()))
-        })
+        .map(|&reason| Ok((reason, counter_sum(&map, DROPS_MAP, reason as u32)?)))
         .collect()
 }
 

@@ -78,6 +78,9 @@ pub enum EntryError {
 }
 
 impl EntryError {
+    /// Every [`Self::reason`], so metrics can show each from the start.
+    pub const REASONS: [&'static str; 3] = ["unparsable_ip", "mask_too_long", "zero_identity"];
+
     /// A short label for metrics.
     pub fn reason(&self) -> &'static str {
         match self {
@@ -287,5 +290,19 @@ mod tests {
             IpCacheKey::parse("fd00::1/x", 0),
             Err(EntryError::UnparsableIp(_))
         ));
+    }
+
+    #[test]
+    fn every_reason_is_listed() {
+        let errors = [
+            EntryError::UnparsableIp("x".to_owned()),
+            EntryError::MaskTooLong {
+                addr: Ipv4Addr::LOCALHOST.into(),
+                len: 33,
+                bits: 32,
+            },
+            EntryError::ZeroIdentity("10.0.0.1".to_owned()),
+        ];
+        assert_eq!(errors.map(|e| e.reason()), EntryError::REASONS);
     }
 }

@@ -10,7 +10,8 @@
 //!   entries until the matching wait.
 //! - [`writer`]: everything the agent writes, in one place.
 //! - [`program`]: loading and attaching an endpoint's program.
-//! - [`socket_lb`]: the socket-LB programs (`bpf/sock_lb.c`) on a cgroup, their links pinned.
+//! - [`socket_lb`]: the socket-LB programs (`bpf/sock_lb.c`) on a cgroup, their links pinned;
+//!   [`socket_lb_stats`]: their counters (translations by hook, refusals).
 //! - [`endpoint`]: endpoints, their persistence and their regeneration jobs.
 //! - [`drops`]: the drop counters by reason.
 
@@ -25,5 +26,6 @@ pub mod program;
 pub mod remote_maps;
 pub mod services;
 pub mod socket_lb;
+pub mod socket_lb_stats;
 pub mod tunnel;
 pub mod writer;

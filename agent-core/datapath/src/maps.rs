@@ -138,12 +138,35 @@ impl PinDir {
 
     /// Opens the pinned drop counters.
     pub fn open_drops(&self) -> Result<PerCpuArray<MapData, u64>, MapsError> {
-        let map = open_pinned(&self.map(DROPS_MAP), DROPS_MAP)?;
+        self.open_counters(DROPS_MAP)
+    }
+
+    /// Opens `name`, a pinned per-CPU array of `u64` counters (the drops, the socket-LB
+    /// counters).
+    pub fn open_counters(
+        &self,
+        name: &'static str,
+    ) -> Result<PerCpuArray<MapData, u64>, MapsError> {
+        let map = open_pinned(&self.map(name), name)?;
         PerCpuArray::try_from(map).map_err(|source| MapsError::Map {
-            name: DROPS_MAP,
+            name,
             error: source,
         })
     }
+}
+
+/// Counter `index` of `map` (named `name`), summed over CPUs: each CPU counts on its own, so
+/// the programs need no atomics.
+pub(crate) fn counter_sum(
+    map: &PerCpuArray<MapData, u64>,
+    name: &'static str,
+    index: u32,
+) -> Result<u64, MapsError> {
+    let per_cpu = map.get(&index, 0).map_err(|source| MapsError::Map {
+        name,
+        error: source,
+    })?;
+    Ok(per_cpu.iter().sum())
 }
 
 fn open_pinned(path: &Path, name: &'static str) -> Result<Map, MapsError> {

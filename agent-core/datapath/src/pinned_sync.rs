@@ -22,6 +22,8 @@ pub struct SyncStats {
     pub restored_pending: u64,
     /// Failed writes or deletes.
     pub errors: u64,
+    /// Entries the map holds (this agent's and the restored ones not pruned yet).
+    pub entries: u64,
 }
 
 /// A pinned map and what this agent knows it holds.
@@ -136,7 +138,10 @@ impl<K: Pod + Hash + Eq, V: Pod + PartialEq> PinnedSync<K, V> {
 
     /// Counters.
     pub fn stats(&self) -> SyncStats {
-        self.stats
+        SyncStats {
+            entries: self.written.len() as u64,
+            ..self.stats
+        }
     }
 
     /// Entries the map holds.

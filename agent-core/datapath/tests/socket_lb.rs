@@ -1,6 +1,7 @@
 //! Socket-LB against the real kernel: the four cgroup programs attached to a child cgroup the
 //! test made, a real process in it (and in a test namespace) connecting to a global service's
-//! VIP, with the lb4 maps programmed from remote events as the agent programs them.
+//! VIP, with the lb4 maps programmed from remote events as the agent programs them, and the
+//! programs' counters (translations by hook, refusals) counting exactly what they did.
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -9,6 +10,7 @@ use std::sync::Arc;
 use meshwork_datapath::maps::PinDir;
 use meshwork_datapath::remote_maps::RemoteMaps;
 use meshwork_datapath::socket_lb;
+use meshwork_datapath::socket_lb_stats::{self, SocketLbHook, SocketLbStats};
 use meshwork_lab::bpffs::BpfRoot;
 use meshwork_lab::cgroup::ChildCgroup;
 use meshwork_lab::net::{LabNet, Netns};
@@ -168,6 +170,23 @@ fn assert_translated(seen: &Value) {
     assert_eq!(seen["empty"]["error"], "EHOSTUNREACH", "{seen}");
 }
 
+/// The counters after `runs` runs of the client through the programs: per run, one connect
+/// and one getpeername per TCP connection, one sendmsg and one recvmsg for the datagram, and
+/// one refusal (the frontend without backends). A socket the programs leave alone (the
+/// backends' own, a destination that is no frontend) counts nothing.
+fn counted_after(runs: u64) -> SocketLbStats {
+    let connections = CONNECTIONS as u64;
+    SocketLbStats {
+        translations: vec![
+            (SocketLbHook::Connect4, connections * runs),
+            (SocketLbHook::Sendmsg4, runs),
+            (SocketLbHook::Recvmsg4, runs),
+            (SocketLbHook::Getpeername4, connections * runs),
+        ],
+        refusals: runs,
+    }
+}
+
 /// The programs attached to `cgroup` (`bpftool cgroup show`), by attach type.
 fn attached(cgroup: &ChildCgroup) -> Vec<String> {
     let out = Command::new(meshwork_lab::paths::find_program("bpftool").unwrap())
@@ -219,12 +238,15 @@ fn a_global_service_is_translated_at_connect_and_read_back_as_the_vip() {
             .all(|c| c["error"] == "ENETUNREACH"),
         "{seen}"
     );
+    // The counters exist (the endpoint object made them with the ipcache) and count nothing.
+    assert_eq!(socket_lb_stats::read(&pins).unwrap(), counted_after(0));
 
     let cgroup = ChildCgroup::create("sock-lb").unwrap();
     let first = socket_lb::attach(&pins, &links, cgroup.path()).unwrap();
     assert_eq!(first.replaced, 0);
     // The loader is gone: the pinned links alone keep the programs attached.
     assert_translated(&client(&netns, &cgroup));
+    assert_eq!(socket_lb_stats::read(&pins).unwrap(), counted_after(1));
     // libbpf's names, as bpftool prints them.
     let four = [
         "cgroup_inet4_connect",
@@ -237,6 +259,7 @@ fn a_global_service_is_translated_at_connect_and_read_back_as_the_vip() {
     assert!(attached(&bare).is_empty());
     let seen = client(&netns, &bare);
     assert_eq!(seen["tcp"][0]["error"], "ENETUNREACH", "{seen}");
+    assert_eq!(socket_lb_stats::read(&pins).unwrap(), counted_after(1));
 
     // A restarted agent replaces the links: still one program per hook, still translating.
     let again = socket_lb::attach(&pins, &links, cgroup.path()).unwrap();
@@ -249,6 +272,8 @@ fn a_global_service_is_translated_at_connect_and_read_back_as_the_vip() {
         |t| *t == four,
     );
     assert_translated(&client(&netns, &cgroup));
+    // The new programs count on where the old ones stopped: the counters are pinned.
+    assert_eq!(socket_lb_stats::read(&pins).unwrap(), counted_after(2));
 
     // Detached: the programs stop with their pins.
     assert_eq!(socket_lb::detach(&links).unwrap(), 4);
@@ -259,4 +284,5 @@ fn a_global_service_is_translated_at_connect_and_read_back_as_the_vip() {
     );
     let seen = client(&netns, &cgroup);
     assert_eq!(seen["tcp"][0]["error"], "ENETUNREACH", "{seen}");
+    assert_eq!(socket_lb_stats::read(&pins).unwrap(), counted_after(2));
 }

@@ -336,7 +336,7 @@ pub struct Consumers {
 
 impl Consumers {
     /// The mesh, its stores sending every batch to each consumer (datapath first), then to
-    /// `observers`.
+    /// `observers`; its metrics, the kvstore's and the datapath's go into `registry`.
     pub fn start_mesh(
         self,
         args: &Args,
@@ -344,6 +344,9 @@ impl Consumers {
         observers: Vec<Recipient<RemoteEvents>>,
         registry: &mut Registry,
     ) -> Mesh {
+        if let Some(datapath) = &self.datapath {
+            datapath.register_metrics(registry);
+        }
         let mut consumers: Vec<Recipient<RemoteEvents>> = Vec::new();
         consumers.extend(self.datapath.iter().map(|d| d.writer.clone().recipient()));
         consumers.extend(self.wireguard.iter().map(|w| w.clone().recipient()));

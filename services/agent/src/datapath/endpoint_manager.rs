@@ -32,6 +32,7 @@ use meshwork_types::SyncKind;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use super::metrics::EndpointMetrics;
 use super::writer_actor::{DatapathWriter, RemoveLocalEndpoint, SetLocalEndpoint};
 
 /// What regeneration waits for: the datapath's maps and the identity cache, not WireGuard.
@@ -83,16 +84,19 @@ pub struct EndpointManager {
     endpoints: Endpoints,
     /// Who waits for which job's outcome.
     replies: Vec<(Job, Reply)>,
+    metrics: EndpointMetrics,
 }
 
 impl EndpointManager {
-    /// A manager of the endpoints persisted in `store`, attaching programs bound to `pins`.
+    /// A manager of the endpoints persisted in `store`, attaching programs bound to `pins`;
+    /// regenerations are counted in `metrics`.
     pub fn new(
         pins: PinDir,
         store: EndpointStore,
         settings: EndpointSettings,
         writer: Addr<DatapathWriter>,
         barrier: Recipient<GetMeshWait>,
+        metrics: EndpointMetrics,
     ) -> Self {
         Self {
             pins,
@@ -102,6 +106,7 @@ impl EndpointManager {
             barrier,
             endpoints: Endpoints::new(),
             replies: Vec::new(),
+            metrics,
         }
     }
 
@@ -117,14 +122,15 @@ impl EndpointManager {
         };
         let pins = self.pins.clone();
         let work = tokio::task::spawn_blocking(move || {
+            let started = std::time::Instant::now();
             let outcome = job.run(&pins);
-            (job, outcome)
+            (job, outcome, started.elapsed())
         });
         ctx.spawn(work.into_actor(self).map(|done, actor, ctx| {
             match done {
-                Ok((job, outcome)) => {
+                Ok((job, outcome, took)) => {
                     actor.endpoints.finished(&job, &outcome);
-                    actor.record(&job, &outcome);
+                    actor.record(&job, &outcome, took);
                     actor.reply(&job, outcome.map_err(EndpointError::from));
                 }
                 Err(err) => tracing::error!(%err, "an endpoint job panicked"),
@@ -133,9 +139,10 @@ impl EndpointManager {
         }));
     }
 
-    /// Puts a finished regeneration on the timeline.
-    fn record(&self, job: &Job, outcome: &Result<(), ProgramError>) {
+    /// Puts a finished regeneration, which took `took`, on the timeline and in the metrics.
+    fn record(&self, job: &Job, outcome: &Result<(), ProgramError>, took: Duration) {
         if let Job::Regenerate { spec, .. } = job {
+            self.metrics.regenerated(outcome.is_ok(), took);
             self.settings.timeline.record(Step::EndpointRegenerated {
                 endpoint: spec.id,
                 error: outcome.as_ref().err().map(ToString::to_string),
@@ -186,9 +193,10 @@ impl Actor for EndpointManager {
         // manager answers anything.
         self.endpoints.regenerate(plan.immediate.iter().copied());
         while let Some(job) = self.endpoints.next_job() {
+            let started = std::time::Instant::now();
             let outcome = job.run(&self.pins);
             self.endpoints.finished(&job, &outcome);
-            self.record(&job, &outcome);
+            self.record(&job, &outcome, started.elapsed());
         }
         if plan.after_wait.is_empty() {
             return;

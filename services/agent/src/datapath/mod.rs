@@ -3,6 +3,7 @@
 //! known, and the `meshwork.agent.v1.Datapath` API.
 
 pub mod endpoint_manager;
+pub mod metrics;
 pub mod socket_lb;
 pub mod writer_actor;
 
@@ -18,12 +19,14 @@ use meshwork_datapath::remote_maps::{self, RemoteMaps};
 use meshwork_datapath::writer::{MapWriter, WriterReport};
 use meshwork_proto::agent::v1 as pb;
 use meshwork_proto::apiserver::v1 as apiserver_pb;
+use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 use tonic::{Request, Response, Status};
 
 use self::endpoint_manager::{
     DeleteEndpoint, EndpointError, EndpointManager, EndpointSettings, ListEndpoints, PutEndpoint,
 };
+use self::metrics::EndpointMetrics;
 use self::writer_actor::{DatapathWriter, PruneWhenSynced};
 use crate::builder::KnownClusters;
 use crate::publisher::{IdentityError, Publisher};
@@ -95,6 +98,7 @@ impl OpenMaps {
             report,
             endpoints: None,
             publisher: None,
+            metrics: EndpointMetrics::default(),
         }
     }
 }
@@ -112,9 +116,21 @@ pub struct Datapath {
     /// Where endpoints with labels are published (and get their identity), with
     /// `--apiserver-addr`.
     pub publisher: Option<Publisher>,
+    /// Regenerations, counted by the endpoint manager.
+    metrics: EndpointMetrics,
 }
 
 impl Datapath {
+    /// Registers the datapath's metrics (see [`metrics`]) in `registry`.
+    pub fn register_metrics(&self, registry: &mut Registry) {
+        metrics::register(
+            registry,
+            self.pins.clone(),
+            self.report.clone(),
+            &self.metrics,
+        );
+    }
+
     /// Restores the persisted endpoints, which regenerate after the bounded sync wait, and
     /// arms the pruning of restored state. Both need every configured cluster known.
     pub fn start_endpoints(
@@ -134,6 +150,7 @@ impl Datapath {
             settings,
             self.writer.clone(),
             barrier.clone(),
+            self.metrics.clone(),
         );
         self.endpoints = Some(manager.start_own_arbiter());
         self.writer.do_send(prune);
