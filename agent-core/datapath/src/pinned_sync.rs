@@ -97,27 +97,28 @@ impl<K: Pod + Hash + Eq, V: Pod + PartialEq> PinnedSync<K, V> {
 
     /// Deletes entries not in `desired`; restored ones only when `prune_restored`.
     pub fn delete_stale(&mut self, desired: &HashMap<K, V>, prune_restored: bool) {
-        self.delete_stale_in_order(desired, prune_restored, |_| 0);
+        self.delete_stale_in_order(desired, |_, _| prune_restored, |_| 0);
     }
 
-    /// [`Self::delete_stale`], lowest `rank` first (a frontend's master before its slots, so
-    /// no reader finds a master counting a deleted slot).
+    /// Deletes entries not in `desired`, lowest `rank` first (a frontend's master before its
+    /// slots, so no reader finds a master counting a deleted slot); a restored entry only
+    /// when `prune_restored` says it may go.
     pub fn delete_stale_in_order(
         &mut self,
         desired: &HashMap<K, V>,
-        prune_restored: bool,
+        prune_restored: impl Fn(&K, &V) -> bool,
         rank: impl Fn(&K) -> u8,
     ) {
-        let mut stale: Vec<K> = self
+        let mut stale: Vec<(K, V)> = self
             .written
-            .keys()
-            .filter(|k| !desired.contains_key(*k))
-            .copied()
+            .iter()
+            .filter(|(k, _)| !desired.contains_key(*k))
+            .map(|(k, v)| (*k, *v))
             .collect();
-        stale.sort_by_key(|k| rank(k));
+        stale.sort_by_key(|(k, _)| rank(k));
         let mut pending = 0;
-        for key in stale {
-            if self.restored.contains(&key) && !prune_restored {
+        for (key, value) in stale {
+            if self.restored.contains(&key) && !prune_restored(&key, &value) {
                 pending += 1;
                 continue;
             }
@@ -134,6 +135,11 @@ impl<K: Pod + Hash + Eq, V: Pod + PartialEq> PinnedSync<K, V> {
             }
         }
         self.stats.restored_pending = pending;
+    }
+
+    /// Every entry the map holds (this agent's and the restored ones not pruned yet).
+    pub fn entries(&self) -> impl Iterator<Item = (&K, &V)> {
+        self.written.iter()
     }
 
     /// Counters.

@@ -1,11 +1,20 @@
 //! The maps kept from remote services and nodes: the service (lb4) maps from global
-//! services, the tunnel map from remote nodes' pod CIDRs. Desired content from remote events,
-//! written at the end of each batch; the previous agent's entries are pruned only after
-//! `ServicesSynced` (services, backends) and `NodesSynced` (tunnel).
+//! services (and the local cluster's services, when the agent has a local source), the
+//! tunnel map from remote nodes' pod CIDRs. Desired content from remote events, written at
+//! the end of each batch; the previous agent's entries are pruned only after `ServicesSynced`
+//! (services, backends) and `NodesSynced` (tunnel).
+//!
+//! Services are pruned in Cilium's two passes (§10). Once the local state is known (the first
+//! set of local services arrived), restored entries that only local state decides go: the
+//! stale slots of a local service that is not shared, and restored backends of the local
+//! cluster that nothing uses any more. Everything else restored — remote and global
+//! frontends, remote backends, rev-NAT entries — waits for `ServicesSynced` and the local
+//! state both.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
-use meshwork_types::{Change, RemoteEvent, SyncKind};
+use meshwork_types::{Change, ClusterService, RemoteEvent, SyncKind};
 
 use super::maps::{MapsError, PinDir};
 use super::pinned_sync::{PinnedSync, SyncStats};
@@ -33,6 +42,18 @@ pub struct RemoteMaps {
     tunnel: PinnedSync<TunnelKey, TunnelValue>,
     services_synced: bool,
     nodes_synced: bool,
+    local: LocalState,
+}
+
+/// What the maps know of the local cluster's services.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LocalState {
+    /// No local source: nothing local to wait for.
+    None,
+    /// A source exists; its first set has not arrived.
+    Expected,
+    /// The local services of cluster ID `.0` are known.
+    Known(u16),
 }
 
 /// Counters for status.
@@ -68,6 +89,7 @@ impl RemoteMaps {
             tunnel,
             services_synced: false,
             nodes_synced: false,
+            local: LocalState::None,
         })
     }
 
@@ -103,9 +125,37 @@ impl RemoteMaps {
         }
     }
 
+    /// The agent has a source of local services ([`Self::apply_local`]): restored services
+    /// wait for its first set, whatever the remote clusters do.
+    pub fn expect_local_services(&mut self) {
+        if self.local == LocalState::None {
+            self.local = LocalState::Expected;
+        }
+    }
+
+    /// The local cluster's services, whole (each set replaces the one before): the local
+    /// cluster `cluster` with ID `cluster_id`. The first set makes the local state known and
+    /// runs the first prune pass.
+    pub fn apply_local(
+        &mut self,
+        cluster: &Arc<str>,
+        cluster_id: u32,
+        services: Vec<Arc<ClusterService>>,
+    ) {
+        self.table.replace_local(cluster, services);
+        self.local = LocalState::Known(u16::try_from(cluster_id).unwrap_or(u16::MAX));
+        self.program_services();
+    }
+
     fn program_services(&mut self) {
         let desired = self.table.desired();
-        let synced = self.services_synced;
+        // The second pass: everything, once the remote clusters and the local state are known.
+        let all = self.services_synced && self.local != LocalState::Expected;
+        // The first pass: what local state alone decides.
+        let (standalone, local_id) = match self.local {
+            LocalState::Known(id) => (self.table.standalone_frontends(), Some(id)),
+            _ => (HashSet::new(), None),
+        };
         // Cilium's order (§10): backends, the slots naming them, the rev-NAT entries, then the
         // masters counting the slots; stale slots go after their master shrank (a removed
         // frontend's master before its slots), stale backends and rev-NAT entries last.
@@ -114,10 +164,24 @@ impl RemoteMaps {
         self.services.write(&slots);
         self.rev_nat.write(&desired.rev_nat);
         self.services.write(&masters);
-        self.services
-            .delete_stale_in_order(&desired.services, synced, |k| u8::from(k.backend_slot != 0));
-        self.backends.delete_stale(&desired.backends, synced);
-        self.rev_nat.delete_stale(&desired.rev_nat, synced);
+        self.services.delete_stale_in_order(
+            &desired.services,
+            |k, _| all || standalone.contains(&(k.address, k.dport, k.proto)),
+            |k| u8::from(k.backend_slot != 0),
+        );
+        // A backend another entry still names (a restored slot) stays with it.
+        let named: HashSet<u32> = self
+            .services
+            .entries()
+            .filter(|(k, _)| k.backend_slot != 0)
+            .map(|(_, v)| v.backend_id)
+            .collect();
+        self.backends.delete_stale_in_order(
+            &desired.backends,
+            |id, backend| all || (local_id == Some(backend.cluster_id) && !named.contains(id)),
+            |_| 0,
+        );
+        self.rev_nat.delete_stale(&desired.rev_nat, all);
     }
 
     fn program_tunnel(&mut self) {

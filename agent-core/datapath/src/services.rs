@@ -2,7 +2,7 @@
 //! protocol) a master slot counting the backends and one slot per backend, backends by ID.
 //! A plain state machine computing the desired content; [`super::pinned_sync`] writes it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
@@ -97,7 +97,10 @@ fn proto(l4: &L4Type) -> Option<u8> {
     }
 }
 
-/// The global services of every remote cluster, merged per namespace/name.
+/// The global services of every remote cluster, merged per namespace/name, and the local
+/// cluster's services: a shared one merges with the remote announcements of its name (its
+/// frontends get their backends and theirs get its), one not shared stands alone (Cilium's
+/// `service.cilium.io/global`).
 #[derive(Default)]
 pub struct ServiceTable {
     services: BTreeMap<(String, Arc<str>), Arc<ClusterService>>,
@@ -167,14 +170,37 @@ impl ServiceTable {
             .remove(&(service.namespaced_name(), cluster.clone()));
     }
 
+    /// Replaces every service of the local cluster (`cluster`) with `services`.
+    pub fn replace_local(&mut self, cluster: &Arc<str>, services: Vec<Arc<ClusterService>>) {
+        self.services.retain(|(_, c), _| c != cluster);
+        for service in services {
+            self.upsert(cluster, service);
+        }
+    }
+
+    /// The frontends (address, port, protocol) of the services that stand alone: not shared,
+    /// so no remote cluster adds to them and their state is known once the local state is.
+    pub fn standalone_frontends(&self) -> HashSet<([u8; 4], [u8; 2], u8)> {
+        self.services
+            .values()
+            .filter(|service| !service.shared)
+            .flat_map(|service| frontends(service))
+            .collect()
+    }
+
     /// The desired map content. IPv4 frontends and backends only (the maps are lb4).
     pub fn desired(&mut self) -> DesiredLb {
         let mut out = DesiredLb::default();
         // Frontend → backends, merged over clusters; BTreeMaps keep the slot order stable.
         let mut frontends: BTreeMap<([u8; 4], [u8; 2], u8), Vec<Lb4Backend>> = BTreeMap::new();
-        let mut by_name: BTreeMap<&str, Vec<&ClusterService>> = BTreeMap::new();
-        for ((name, _), service) in &self.services {
-            by_name.entry(name.as_str()).or_default().push(service);
+        // Shared announcements of one name merge; one not shared is a group of its own.
+        let mut by_name: BTreeMap<(&str, Option<&str>), Vec<&ClusterService>> = BTreeMap::new();
+        for ((name, cluster), service) in &self.services {
+            let alone = (!service.shared).then_some(&**cluster);
+            by_name
+                .entry((name.as_str(), alone))
+                .or_default()
+                .push(service);
         }
         for announcements in by_name.values() {
             for service in announcements {
@@ -247,7 +273,7 @@ impl ServiceTable {
         if let Some(index) = self.rev_nat.get(&frontend) {
             return *index;
         }
-        let taken: std::collections::HashSet<u16> = self.rev_nat.values().copied().collect();
+        let taken: HashSet<u16> = self.rev_nat.values().copied().collect();
         let index = (1..=u16::MAX)
             .find(|i| !taken.contains(i))
             .unwrap_or(u16::MAX);
@@ -263,6 +289,19 @@ impl ServiceTable {
         self.ids.insert(backend, self.next_id);
         self.next_id
     }
+}
+
+/// The IPv4 frontends of `service`, as the maps key them.
+fn frontends(service: &ClusterService) -> impl Iterator<Item = ([u8; 4], [u8; 2], u8)> + '_ {
+    service.frontends.iter().flat_map(|(vip, ports)| {
+        let vip = match vip.parse::<IpAddr>() {
+            Ok(IpAddr::V4(vip)) => Some(vip.octets()),
+            _ => None,
+        };
+        ports
+            .values()
+            .filter_map(move |l4| Some((vip?, l4.port.to_be_bytes(), proto(&l4.protocol)?)))
+    })
 }
 
 fn lb4_backends<'a>(
@@ -349,6 +388,48 @@ mod tests {
         assert_eq!(desired.services.len(), 3);
         assert!(desired.backends.keys().all(|id| ids_before.contains(id)));
         assert!(desired.backends.values().all(|b| b.cluster_id == 2));
+    }
+
+    #[test]
+    fn a_local_service_that_is_not_shared_stands_alone() {
+        let mut table = ServiceTable::default();
+        let (a, b): (Arc<str>, Arc<str>) = (Arc::from("a"), Arc::from("b"));
+        table.upsert(&b, svc("b", 2, &["10.214.2.10"]));
+        let mut local = (*svc("a", 1, &["10.214.1.10"])).clone();
+        local.frontends = BTreeMap::from([(
+            "172.20.0.2".to_owned(),
+            local.frontends["172.20.0.1"].clone(),
+        )]);
+        local.shared = false;
+        table.replace_local(&a, vec![Arc::new(local.clone())]);
+        let slots = |table: &mut ServiceTable, vip: [u8; 4]| {
+            let desired = table.desired();
+            let mut clusters: Vec<u16> = desired
+                .services
+                .iter()
+                .filter(|(k, _)| k.address == vip && k.backend_slot != 0)
+                .map(|(_, v)| desired.backends[&v.backend_id].cluster_id)
+                .collect();
+            clusters.sort_unstable();
+            clusters
+        };
+        // Same name, but a's is not shared: neither frontend takes the other's backends.
+        assert_eq!(slots(&mut table, [172, 20, 0, 2]), [1]);
+        assert_eq!(slots(&mut table, [172, 20, 0, 1]), [2]);
+        assert_eq!(
+            table.standalone_frontends(),
+            HashSet::from([([172, 20, 0, 2], 80u16.to_be_bytes(), 6)])
+        );
+        // Shared, it merges both ways (a global service).
+        local.shared = true;
+        table.replace_local(&a, vec![Arc::new(local)]);
+        assert_eq!(slots(&mut table, [172, 20, 0, 2]), [1, 2]);
+        assert_eq!(slots(&mut table, [172, 20, 0, 1]), [1, 2]);
+        assert!(table.standalone_frontends().is_empty());
+        // The next local set replaces the whole of a's.
+        table.replace_local(&a, Vec::new());
+        assert_eq!(slots(&mut table, [172, 20, 0, 1]), [2]);
+        assert_eq!(slots(&mut table, [172, 20, 0, 2]), Vec::<u16>::new());
     }
 
     #[test]

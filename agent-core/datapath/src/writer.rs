@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use meshwork_types::{RemoteEvent, SyncKind};
+use meshwork_types::{ClusterService, RemoteEvent, SyncKind};
 
 use super::ipcache_writer::{FlushError, IpCacheWriter, Owner, WriterStats};
 use super::maps::IpCacheMap;
@@ -80,6 +80,26 @@ impl MapWriter {
     pub fn remove_local(&mut self, id: u64) {
         self.ipcache.remove_owner(&Owner::Endpoint(id));
         self.flush();
+    }
+
+    /// The agent has a source of local services: restored services wait for its first set
+    /// ([`RemoteMaps::expect_local_services`]).
+    pub fn expect_local_services(&mut self) {
+        if let Some(maps) = &mut self.remote_maps {
+            maps.expect_local_services();
+        }
+    }
+
+    /// The local cluster's services, whole ([`RemoteMaps::apply_local`]).
+    pub fn apply_local_services(
+        &mut self,
+        cluster: &Arc<str>,
+        cluster_id: u32,
+        services: Vec<Arc<ClusterService>>,
+    ) {
+        if let Some(maps) = &mut self.remote_maps {
+            maps.apply_local(cluster, cluster_id, services);
+        }
     }
 
     /// The mesh-wide wait `kind` is over: restored state it guards may be pruned.

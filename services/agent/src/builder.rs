@@ -307,10 +307,13 @@ impl Devices {
             .with_timeline(timeline.clone())
             .start();
         let acks = barrier.clone().recipient();
-        let mut datapath = self.datapath.map(|maps| maps.start(acks.clone()));
-        if let Some(datapath) = &mut datapath {
-            datapath.publisher.clone_from(&self.publisher);
-        }
+        let datapath = self.datapath.map(|maps| {
+            maps.start(
+                acks.clone(),
+                self.publisher.clone(),
+                (&args.cluster_name, args.cluster_id),
+            )
+        });
         Consumers {
             identities: IdentityCacheActor::new(acks.clone()).start(),
             datapath,
@@ -593,6 +596,8 @@ fn start_publisher(
             .collect(),
         ipv4_alloc_cidrs: args.ipv4_alloc_cidr.iter().cloned().collect(),
         wireguard_public_key: wireguard_public_key.unwrap_or_default().to_owned(),
+        // ENI pod IPs lie in no pod CIDR: the apiserver must not refuse them for that.
+        eni_ipam: args.ipam.ipam == Some(crate::ipam::args::IpamMode::Eni),
         ..apiserver_pb::Node::default()
     };
     // Read again by the endpoint manager later; here only what to publish.

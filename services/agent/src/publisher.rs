@@ -7,6 +7,10 @@
 //! republishes everything; the apiserver writes only what changed. Nothing here ever blocks
 //! the datapath: changes are recorded and the task is woken.
 //!
+//! The apiserver sends back the cluster's services (shared or not) with their backends once
+//! its initial state is complete, and again on every change ([`Publisher::local_services`]):
+//! the node's local service state, kept across reconnects.
+//!
 //! An endpoint with labels and identity 0 gets its identity from the apiserver
 //! ([`Publisher::identity`]): the apiserver answers a session's endpoints in order, so the
 //! session matches each answer to the oldest endpoint it sent and has no answer for.
@@ -76,6 +80,7 @@ struct Shared {
     /// The newest answer per endpoint: (revision, outcome).
     answers: watch::Sender<BTreeMap<u64, (u64, Outcome)>>,
     status: watch::Sender<ApiserverStatus>,
+    local_services: watch::Sender<Option<Arc<Vec<pb::ServiceStatus>>>>,
 }
 
 impl Shared {
@@ -112,6 +117,7 @@ impl Publisher {
             changed: Notify::new(),
             answers: watch::Sender::new(BTreeMap::new()),
             status: watch::Sender::new(status),
+            local_services: watch::Sender::new(None),
         });
         let publisher = Self {
             task: Arc::new(tokio::spawn(run(Arc::clone(&shared)))),
@@ -182,6 +188,12 @@ impl Publisher {
             Outcome::Identity(identity) => Ok(identity),
             Outcome::Refused(message) => Err(IdentityError::Refused { id, message }),
         }
+    }
+
+    /// The cluster's services as the apiserver last sent them: `None` until its initial
+    /// state is complete, then each new set replaces the one before.
+    pub fn local_services(&self) -> watch::Receiver<Option<Arc<Vec<pb::ServiceStatus>>>> {
+        self.shared.local_services.subscribe()
     }
 
     /// How publishing goes, for the agent's status.
@@ -334,6 +346,9 @@ async fn session(shared: &Shared) -> Status {
                 }
                 Ok(Some(pb::PublishResponse { response: Some(Answer::InitialStateWritten(_)) })) => {
                     shared.status.send_modify(|s| s.initial_state_written = true);
+                }
+                Ok(Some(pb::PublishResponse { response: Some(Answer::LocalServices(local)) })) => {
+                    shared.local_services.send_replace(Some(Arc::new(local.services)));
                 }
                 Ok(Some(_)) => {}
                 Ok(None) => return Status::unavailable("the apiserver ended the session"),

@@ -8,7 +8,9 @@
 //!   heartbeat;
 //! - the apiserver gone: the agent keeps serving its datapath, says so in its status, and
 //!   reconnects once the apiserver is back;
-//! - with WireGuard on, the node is published with its device's public key.
+//! - with WireGuard on, the node is published with its device's public key;
+//! - the cluster's services (shared or not) come back from the apiserver and are programmed
+//!   into the node's service maps, and follow each change of their declaration.
 
 mod common;
 
@@ -386,19 +388,7 @@ async fn with_wireguard_on_the_node_is_published_with_the_devices_public_key() {
     let node = lab.netns("pub-wg").unwrap();
     // wireguard-go runs inside the node namespace, never in the root one.
     let dir = tempfile::tempdir().unwrap();
-    let wrapper = dir.path().join("wireguard-go-in-ns");
-    std::fs::write(
-        &wrapper,
-        format!(
-            "#!/bin/sh\nexec nsenter --net={} wireguard-go \"$@\"\n",
-            node.path().display()
-        ),
-    )
-    .unwrap();
-    {
-        use std::os::unix::fs::PermissionsExt as _;
-        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
+    let wrapper = meshwork_lab::wireguard::netns_wrapper(&node, dir.path()).unwrap();
     let device = meshwork_lab::wireguard::unique_device_name();
     let options = AgentOptions::new(
         Path::new(env!("CARGO_BIN_EXE_meshwork-agent")),
@@ -437,6 +427,96 @@ async fn with_wireguard_on_the_node_is_published_with_the_devices_public_key() {
         value["WireguardPubKey"], device_key,
         "the node carries its device's key: {value}"
     );
+    agent.stop(Duration::from_secs(5));
+    server.shutdown_background();
+}
+
+/// Entries of the pinned map `name` under `bpf`.
+fn pinned(bpf: &BpfRoot, name: &str) -> usize {
+    let pins = meshwork_datapath::maps::PinDir::under(bpf.path());
+    meshwork_lab::bpffs::pinned_len(&pins.map(name)).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs real etcd, root, bpffs and network namespaces: `cargo xtask test` runs it"]
+async fn the_clusters_services_come_back_from_the_apiserver_into_the_service_maps() {
+    use meshwork_proto::apiserver::v1 as api;
+    use meshwork_proto::apiserver::v1::export_client::ExportClient;
+
+    let etcd = EtcdServer::start().unwrap();
+    let (addr, server) =
+        tokio::task::block_in_place(|| apiserver(&etcd, "127.0.0.1:0".parse().unwrap()));
+    let lab = LabNet::new().unwrap();
+    let node = lab.netns("pub-svc").unwrap();
+    let pod = lab.netns("pub-svc-pod").unwrap();
+    node.veth_to("lxc1", &pod, "eth0").unwrap();
+    let bpf = BpfRoot::new().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let options = AgentOptions::new(
+        Path::new(env!("CARGO_BIN_EXE_meshwork-agent")),
+        "c1",
+        1,
+        &dir.path().join("state"),
+    )
+    .bpf_root(bpf.path())
+    .flags([
+        format!("--apiserver-addr={addr}"),
+        "--node-name=n1".to_owned(),
+        "--node-ip=192.0.2.1".to_owned(),
+        "--ipv4-alloc-cidr=10.214.8.0/24".to_owned(),
+    ]);
+    let mut agent = AgentProcess::start(&options).unwrap();
+    let socket = agent.socket().to_owned();
+    let web = pb::Endpoint {
+        id: 1,
+        interface: "lxc1".to_owned(),
+        netns: node.path().display().to_string(),
+        ips: vec!["10.214.8.1".to_owned()],
+        allowed_identities: vec![2000],
+        labels: vec!["k8s:app=web".to_owned()],
+        pod_namespace: "default".to_owned(),
+        pod_name: "web-1".to_owned(),
+        ..pb::Endpoint::default()
+    };
+    put_endpoint(&socket, web)
+        .await
+        .unwrap_or_else(|err| panic!("{err:?}; log:\n{}", agent.log_tail()));
+    // A service of this cluster only (not shared: no remote cluster ever reads it).
+    let declare = |selector: &str| api::PutServiceRequest {
+        service: Some(api::Service {
+            namespace: "default".to_owned(),
+            name: "web".to_owned(),
+            frontends: vec!["10.214.250.9".to_owned()],
+            ports: vec![api::NamedPort {
+                name: "http".to_owned(),
+                port: 80,
+                protocol: "TCP".to_owned(),
+            }],
+            selector: vec![selector.to_owned()],
+            shared: false,
+        }),
+    };
+    let mut client = ExportClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    client.put_service(declare("k8s:app=web")).await.unwrap();
+    let maps = || {
+        (
+            pinned(&bpf, "cilium_lb4_services_v2"),
+            pinned(&bpf, "cilium_lb4_backends_v3"),
+        )
+    };
+    Wait::new("the service's master, its slot and its backend in the maps")
+        .timeout(Duration::from_secs(30))
+        .until(maps, |m| *m == (2, 1))
+        .unwrap_or_else(|err| panic!("{err}; log:\n{}", agent.log_tail()));
+    // Its declaration now selects nothing: the slot and the backend go, the master stays
+    // with no backends (a connect to it is refused).
+    client.put_service(declare("k8s:app=none")).await.unwrap();
+    Wait::new("the service without backends")
+        .timeout(Duration::from_secs(30))
+        .until(maps, |m| *m == (1, 0))
+        .unwrap_or_else(|err| panic!("{err}; log:\n{}", agent.log_tail()));
     agent.stop(Duration::from_secs(5));
     server.shutdown_background();
 }

@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use meshwork_kvstore::follow::follow_prefix;
@@ -97,6 +98,8 @@ pub enum Command {
     DeleteService(String, String, oneshot::Sender<bool>),
     /// Every declared service with its backend IPs.
     ListServices(oneshot::Sender<Vec<(ServiceSpec, Vec<IpAddr>)>>),
+    /// Where the cluster's services can be followed ([`LocalServices`]).
+    WatchLocalServices(oneshot::Sender<watch::Receiver<Option<LocalServices>>>),
     /// A node's entries deleted at once; answered whether it was known once the deletes are
     /// written, or `Err` while its agent is connected.
     DeleteNode(String, oneshot::Sender<Result<bool, NodeConnected>>),
@@ -113,6 +116,11 @@ pub struct NodeConnected;
 
 /// Where the loop's readiness (the canaries written) can be watched.
 pub type Ready = watch::Receiver<bool>;
+
+/// Every declared service (shared or not) with its backend IPs: what each node's agent
+/// programs as its local services. `None` until the initial state is complete, so no agent
+/// ever sees a service with only the backends of the nodes that republished first.
+pub type LocalServices = Arc<Vec<(ServiceSpec, Vec<IpAddr>)>>;
 
 /// The loop; see the module docs.
 pub struct Exporter {
@@ -138,6 +146,7 @@ pub struct Exporter {
     config_touched: bool,
     canaries_written: bool,
     ready: watch::Sender<bool>,
+    local_services: watch::Sender<Option<LocalServices>>,
     commands: mpsc::Receiver<Command>,
     /// For the loop's own helpers: weak, so the loop still ends when every caller is gone.
     myself: mpsc::WeakSender<Command>,
@@ -205,6 +214,7 @@ impl Exporter {
             config_touched: false,
             canaries_written,
             ready,
+            local_services: watch::Sender::new(None),
             commands,
             myself: tx.downgrade(),
             metrics,
@@ -378,6 +388,9 @@ impl Exporter {
             Command::ListServices(reply) => {
                 let _ = reply.send(self.state.services());
             }
+            Command::WatchLocalServices(reply) => {
+                let _ = reply.send(self.local_services.subscribe());
+            }
             Command::Stop(reply) => self.stopping = Some(reply),
             Command::ClusterConfigTouched => self.config_touched = true,
             Command::DeleteNode(node, reply) => {
@@ -406,6 +419,8 @@ impl Exporter {
     /// Writes what changed (after what a failed write left), then the canaries once the
     /// initial state is complete and written.
     async fn flush(&mut self) {
+        // A service that is not shared changes no key: its declaration tells.
+        let declared = !self.declarations.is_empty();
         if let Err(err) = self.store_declarations().await {
             tracing::warn!(%err, "storing a service declaration failed; retrying");
             self.metrics.write_errors.inc();
@@ -414,6 +429,7 @@ impl Exporter {
         let mut changes = std::mem::take(&mut self.held_services);
         changes.append(&mut self.pending);
         changes.extend(self.state.take_changes());
+        self.publish_local_services(declared || !changes.is_empty());
         if !self.sync.is_complete(Instant::now()) {
             let services = format!("{SERVICES_PREFIX}/{}/", self.settings.cluster);
             let (held, now): (Vec<KeyChange>, Vec<KeyChange>) = changes
@@ -449,6 +465,24 @@ impl Exporter {
                 Err(err) => tracing::warn!(%err, "writing the canaries failed; retrying"),
             }
         }
+    }
+
+    /// Hands the agents the cluster's services once the initial state is complete, and again
+    /// when `changed` (some key changed: an endpoint, a node or a declaration) altered them.
+    fn publish_local_services(&mut self, changed: bool) {
+        if !self.sync.is_complete(Instant::now())
+            || (!changed && self.local_services.borrow().is_some())
+        {
+            return;
+        }
+        let services = self.state.services();
+        self.local_services.send_if_modified(|current| {
+            if current.as_ref().is_some_and(|c| **c == services) {
+                return false;
+            }
+            *current = Some(Arc::new(services));
+            true
+        });
     }
 
     /// Stores or removes the queued service declarations, in order; what fails is kept.

@@ -10,11 +10,11 @@ use futures::FutureExt as _;
 use meshwork_proto::apiserver::v1 as pb;
 use pb::publish_request::Request as Publish;
 use pb::publish_response::Response as Answer;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Code, Request, Response, Status, Streaming};
 
-use crate::exporter::{Command, Session};
+use crate::exporter::{Command, LocalServices, Session};
 use crate::metrics::ApiserverMetrics;
 use crate::state::{EndpointSpec, Refused, ServiceSpec};
 use crate::validate::{self, Invalid};
@@ -300,6 +300,35 @@ async fn run_session(
     let _ = service.commands.send(Command::SessionClosed(session)).await;
 }
 
+/// Sends the session the cluster's services each time they change (the first time once the
+/// initial state is complete), until the session ends.
+async fn send_local_services(
+    mut services: watch::Receiver<Option<LocalServices>>,
+    out: mpsc::Sender<Result<pb::PublishResponse, Status>>,
+    mut session_ended: oneshot::Receiver<()>,
+) {
+    loop {
+        let current = services.borrow_and_update().clone();
+        if let Some(current) = current {
+            let response = pb::PublishResponse {
+                response: Some(Answer::LocalServices(pb::LocalServices {
+                    services: current
+                        .iter()
+                        .map(|(spec, backends)| service_to_proto(spec, backends))
+                        .collect(),
+                })),
+            };
+            if out.send(Ok(response)).await.is_err() {
+                return;
+            }
+        }
+        tokio::select! {
+            changed = services.changed() => if changed.is_err() { return },
+            _ = &mut session_ended => return,
+        }
+    }
+}
+
 fn service_to_proto(spec: &ServiceSpec, backends: &[std::net::IpAddr]) -> pb::ServiceStatus {
     pb::ServiceStatus {
         service: Some(crate::declarations::to_proto(spec)),
@@ -341,8 +370,16 @@ impl pb::export_server::Export for ExportService {
             .await?
             .map_err(|e| self.refused(&e))?;
         tracing::info!(node = %session.node, session = session.id, "agent publishing");
+        let local_services = self.ask(Command::WatchLocalServices).await?;
+        let service = self.clone();
         let (out, answers) = mpsc::channel(SESSION_QUEUE);
-        tokio::spawn(run_session(self.clone(), session, inbound, out));
+        // Dropped when the session ends: the services stop too, so the stream closes.
+        let (session_ended, ended) = oneshot::channel::<()>();
+        tokio::spawn(send_local_services(local_services, out.clone(), ended));
+        tokio::spawn(async move {
+            run_session(service, session, inbound, out).await;
+            drop(session_ended);
+        });
         Ok(Response::new(ReceiverStream::new(answers)))
     }
 

@@ -408,6 +408,57 @@ async fn declared_services_survive_a_restart_and_their_key_waits_for_every_node(
     );
     let service_key = "cilium/state/services/v1/c1/default/web";
     let (before_value, _) = backend.get(service_key).await.unwrap().unwrap();
+    // Every session gets the cluster's services, shared or not, with their backends.
+    let out = meshctl(
+        &addr,
+        &[
+            "service",
+            "put",
+            "default/local",
+            "--frontend",
+            "10.96.0.11",
+        ],
+        &["--port", "http:80", "--selector", "k8s:app=app0"],
+    );
+    assert_eq!(
+        out.1,
+        "service default/local declared (not shared: this cluster's agents only), 2 backends\n",
+        "{out:?}"
+    );
+    let mut agents = agents;
+    let set = loop {
+        let set = agents[1].next_local_services().await;
+        if set.services.len() == 2 {
+            break set;
+        }
+    };
+    let summary: Vec<(String, bool, Vec<String>)> = set
+        .services
+        .iter()
+        .map(|s| {
+            let spec = s.service.as_ref().unwrap();
+            (spec.name.clone(), spec.shared, s.backends.clone())
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            (
+                "local".to_owned(),
+                false,
+                vec!["10.1.1.2".to_owned(), "10.1.2.2".to_owned()]
+            ),
+            (
+                "web".to_owned(),
+                true,
+                ["10.1.1.1", "10.1.1.3", "10.1.2.1", "10.1.2.3"]
+                    .map(str::to_owned)
+                    .to_vec()
+            ),
+        ]
+    );
+    let out = meshctl(&addr, &["service", "delete", "default/local"], &[]);
+    assert_eq!(out.1, "service default/local deleted\n", "{out:?}");
     assert!(
         backend
             .get("meshwork/apiserver/v1/c1/services/default/web")
@@ -421,14 +472,30 @@ async fn declared_services_survive_a_restart_and_their_key_waits_for_every_node(
     apiserver.kill();
     let revision = backend.revision("cilium/").await.unwrap();
     let apiserver = start(&etcd.endpoint(), dir.path(), Some(apiserver.ports()));
-    // n1 is back, n2 not yet: the service key is not rewritten with n1's backends alone.
-    let _n1 = Agent::publish(apiserver.grpc, "n1", 1, 3).await.unwrap();
+    // n1 is back, n2 not yet: the service key is not rewritten with n1's backends alone, and
+    // no agent is handed the services before the initial state is complete.
+    let mut n1 = Agent::publish(apiserver.grpc, "n1", 1, 3).await.unwrap();
+    assert!(
+        !n1.local_services_waiting() && n1.local_services.is_none(),
+        "services sent before n2 was back: {:?}",
+        n1.local_services
+    );
     let (value, _) = backend.get(service_key).await.unwrap().unwrap();
     assert_eq!(
         value, before_value,
         "the service key changed before n2 was back"
     );
     let _n2 = Agent::publish(apiserver.grpc, "n2", 2, 3).await.unwrap();
+    let set = match n1.local_services.take() {
+        Some(set) => set,
+        None => n1.next_local_services().await,
+    };
+    assert_eq!(set.services.len(), 1, "{set:?}");
+    assert_eq!(
+        set.services[0].backends,
+        ["10.1.1.1", "10.1.1.3", "10.1.2.1", "10.1.2.3"],
+        "the first set n1 gets has every node's backends"
+    );
     let out = meshctl(&addr, &["service", "list", "--json"], &[]);
     let listed: serde_json::Value = serde_json::from_str(&out.1).unwrap();
     assert_eq!(

@@ -99,7 +99,7 @@ pub async fn service(
             let shared = if args.shared {
                 "shared"
             } else {
-                "not shared: written nowhere"
+                "not shared: this cluster's agents only"
             };
             format!(
                 "service {} declared ({shared}), {} backends\n",

@@ -295,7 +295,7 @@ async fn publish_agent(port: u16, k: u32, endpoints: u32) -> anyhow::Result<()> 
     loop {
         match answers.message().await?.and_then(|a| a.response) {
             Some(Answer::InitialStateWritten(_)) => break,
-            Some(Answer::Identity(_)) => {}
+            Some(Answer::Identity(_) | Answer::LocalServices(_)) => {}
             None => bail!("agent n{k}: the session ended early"),
         }
     }

@@ -201,8 +201,11 @@ async fn through_writer(entries: &[Arc<IpCacheEntry>]) -> anyhow::Result<Duratio
         cluster,
         vec![RemoteEvent::ListDone(Resource::IpCache)],
     ));
-    let datapath =
-        OpenMaps::recreate(root.path(), None, &SocketLbArgs::default())?.start(barrier.recipient());
+    let datapath = OpenMaps::recreate(root.path(), None, &SocketLbArgs::default())?.start(
+        barrier.recipient(),
+        None,
+        ("bench", 1),
+    );
     let last = batches.pop().context("no batches")?;
     let started = Instant::now();
     for batch in batches {

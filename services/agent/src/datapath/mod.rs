@@ -3,6 +3,7 @@
 //! known, and the `meshwork.agent.v1.Datapath` API.
 
 pub mod endpoint_manager;
+pub mod local_services;
 pub mod metrics;
 pub mod socket_lb;
 pub mod writer_actor;
@@ -86,18 +87,32 @@ impl OpenMaps {
         })
     }
 
-    /// Starts the writer on its own arbiter, acknowledging to `barrier`.
-    pub fn start(self, barrier: Recipient<BarrierUpdate>) -> Datapath {
+    /// Starts the writer on its own arbiter, acknowledging to `barrier`. With a `publisher`
+    /// (`--apiserver-addr`), endpoints are published through it and the cluster's services
+    /// it receives are the local services of `cluster` (name, ID); restored services then
+    /// wait for them before any prune.
+    pub fn start(
+        mut self,
+        barrier: Recipient<BarrierUpdate>,
+        publisher: Option<Publisher>,
+        (cluster, cluster_id): (&str, u32),
+    ) -> Datapath {
+        if publisher.is_some() {
+            self.writer.expect_local_services();
+        }
         let writer = DatapathWriter::new(self.writer, barrier);
         let report = writer.report();
         let arbiter = actix::Arbiter::new();
         let writer = DatapathWriter::start_in_arbiter(&arbiter.handle(), |_| writer);
+        if let Some(publisher) = &publisher {
+            local_services::follow(publisher, writer.clone(), cluster, cluster_id);
+        }
         Datapath {
             pins: self.pins,
             writer,
             report,
             endpoints: None,
-            publisher: None,
+            publisher,
             metrics: EndpointMetrics::default(),
         }
     }

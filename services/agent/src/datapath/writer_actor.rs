@@ -5,6 +5,7 @@
 //! message, so status never waits for its mailbox.
 
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use actix::{
     Actor, ActorContext, ActorFutureExt as _, Arbiter, AsyncContext, Context, Handler, Message,
@@ -15,7 +16,7 @@ use meshwork_clustermesh::barrier_actor::{BarrierUpdate, GetMeshWait};
 use meshwork_clustermesh::events::RemoteEvents;
 use meshwork_clustermesh::timeline::{Step, TimelineRecorder, Waiter};
 use meshwork_datapath::writer::{MapWriter, WriterReport};
-use meshwork_types::SyncKind;
+use meshwork_types::{ClusterService, SyncKind};
 use tokio::sync::watch;
 
 /// The datapath's own acknowledgements: what a wait that guards its restored state counts.
@@ -112,6 +113,34 @@ impl Handler<RemoveLocalEndpoint> for DatapathWriter {
 
     fn handle(&mut self, RemoveLocalEndpoint(id): RemoveLocalEndpoint, _: &mut Context<Self>) {
         self.writer.remove_local(id);
+        self.publish();
+    }
+}
+
+/// The local cluster's services, whole, as the apiserver last sent them (each replaces the
+/// one before); the first makes the local state known and runs the first prune pass.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct LocalServices {
+    /// The local cluster's name.
+    pub cluster: Arc<str>,
+    /// Its ID.
+    pub cluster_id: u32,
+    /// Its services, shared or not.
+    pub services: Vec<Arc<ClusterService>>,
+}
+
+impl Handler<LocalServices> for DatapathWriter {
+    type Result = ();
+
+    fn handle(&mut self, msg: LocalServices, _: &mut Context<Self>) {
+        let before = deleted(&self.writer.report());
+        self.writer
+            .apply_local_services(&msg.cluster, msg.cluster_id, msg.services);
+        let removed = deleted(&self.writer.report()).saturating_sub(before);
+        if removed > 0 {
+            tracing::info!(removed, "pruned restored local service state");
+        }
         self.publish();
     }
 }

@@ -167,6 +167,8 @@ pub struct Agent {
     requests: mpsc::Sender<pb::PublishRequest>,
     answers: Streaming<pb::PublishResponse>,
     index: u8,
+    /// The cluster's services as last received (they come between the other answers).
+    pub local_services: Option<pb::LocalServices>,
 }
 
 pub fn send(request: Publish) -> pb::PublishRequest {
@@ -194,6 +196,7 @@ impl Agent {
             requests,
             answers,
             index,
+            local_services: None,
         })
     }
 
@@ -209,7 +212,7 @@ impl Agent {
         for i in from..=to {
             let request = send(Publish::Endpoint(endpoint(self.index, i)));
             self.requests.send(request).await.unwrap();
-            let answer = self.answers.message().await?.and_then(|a| a.response);
+            let answer = self.answer().await?;
             let Some(Answer::Identity(identity)) = answer else {
                 panic!("no identity for endpoint {i}: {answer:?}");
             };
@@ -221,9 +224,51 @@ impl Agent {
             .send(send(Publish::InitialStateComplete(true)))
             .await
             .unwrap();
-        let written = self.answers.message().await?.and_then(|a| a.response);
+        let written = self.answer().await?;
         assert_eq!(written, Some(Answer::InitialStateWritten(true)));
         Ok(())
+    }
+
+    /// The next answer that is not a set of local services (those are kept in
+    /// [`Self::local_services`]).
+    async fn answer(&mut self) -> Result<Option<Answer>, tonic::Status> {
+        loop {
+            match self.answers.message().await?.and_then(|a| a.response) {
+                Some(Answer::LocalServices(set)) => self.local_services = Some(set),
+                other => return Ok(other),
+            }
+        }
+    }
+
+    /// The next set of local services the apiserver sends (at most [`DEADLINE`] away).
+    pub async fn next_local_services(&mut self) -> pb::LocalServices {
+        let next = async {
+            match self.answers.message().await.unwrap().and_then(|a| a.response) {
+                Some(Answer::LocalServices(set)) => set,
+                Some(other) => panic!("expected local services, got {other:?}"),
+                None => panic!("the session ended"),
+            }
+        };
+        let set = tokio::time::timeout(DEADLINE, next)
+            .await
+            .expect("no local services in time");
+        self.local_services = Some(set.clone());
+        set
+    }
+
+    /// Whether a set of local services has arrived and waits unread (read without waiting).
+    pub fn local_services_waiting(&mut self) -> bool {
+        use futures::FutureExt as _;
+        match self.answers.message().now_or_never() {
+            Some(Ok(Some(pb::PublishResponse {
+                response: Some(Answer::LocalServices(set)),
+            }))) => {
+                self.local_services = Some(set);
+                true
+            }
+            None => false,
+            Some(other) => panic!("an unexpected answer: {other:?}"),
+        }
     }
 
     /// [`Self::open`], then [`Self::finish`].
