@@ -12,29 +12,9 @@ use meshwork_types::{
     SyncKind,
 };
 
+/// Cluster b's global `web` on 172.20.0.1:80.
 fn service(backends: &[&str]) -> Arc<ClusterService> {
-    let port = |p| {
-        BTreeMap::from([(
-            "http".to_owned(),
-            L4Addr {
-                protocol: L4Type::Tcp,
-                port: p,
-            },
-        )])
-    };
-    Arc::new(ClusterService {
-        cluster: "b".to_owned(),
-        namespace: "default".to_owned(),
-        name: "web".to_owned(),
-        frontends: BTreeMap::from([("172.20.0.1".to_owned(), port(80))]),
-        backends: backends
-            .iter()
-            .map(|b| ((*b).to_owned(), port(8080)))
-            .collect(),
-        shared: true,
-        cluster_id: 2,
-        ..ClusterService::default()
-    })
+    announced("b", 2, "web", "172.20.0.1", true, backends)
 }
 
 fn node(name: &str, ip: &str, cidr: &str) -> Arc<Node> {

@@ -88,6 +88,24 @@ fn apiserver_with_tls(
     (addr, runtime)
 }
 
+/// Node n1 of c1 (node IP 192.0.2.1, pods in `pod_cidr`) with the BPF datapath under `bpf`,
+/// its state under `dir`, publishing to the apiserver at `addr`.
+fn publishing_agent(dir: &Path, bpf: &BpfRoot, addr: SocketAddr, pod_cidr: &str) -> AgentOptions {
+    AgentOptions::new(
+        Path::new(env!("CARGO_BIN_EXE_meshwork-agent")),
+        "c1",
+        1,
+        &dir.join("state"),
+    )
+    .bpf_root(bpf.path())
+    .flags([
+        format!("--apiserver-addr={addr}"),
+        "--node-name=n1".to_owned(),
+        "--node-ip=192.0.2.1".to_owned(),
+        format!("--ipv4-alloc-cidr={pod_cidr}"),
+    ])
+}
+
 async fn agent_status(socket: &Path) -> pb::StatusResponse {
     let channel = connect_unix(socket).await.unwrap();
     AgentClient::new(channel)
@@ -163,23 +181,7 @@ async fn the_agent_publishes_to_the_apiserver_and_a_restart_changes_nothing() {
     node.veth_to("lxc2", &pods[1], "eth0").unwrap();
     let bpf = BpfRoot::new().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let options = AgentOptions::new(
-        Path::new(env!("CARGO_BIN_EXE_meshwork-agent")),
-        "c1",
-        1,
-        &dir.path().join("state"),
-    )
-    .bpf_root(bpf.path())
-    .flags([
-        "--apiserver-addr".to_owned(),
-        addr.to_string(),
-        "--node-name".to_owned(),
-        "n1".to_owned(),
-        "--node-ip".to_owned(),
-        "192.0.2.1".to_owned(),
-        "--ipv4-alloc-cidr".to_owned(),
-        "10.214.7.0/24".to_owned(),
-    ]);
+    let options = publishing_agent(dir.path(), &bpf, addr, "10.214.7.0/24");
     let mut agent = AgentProcess::start(&options).unwrap();
     let socket = agent.socket().to_owned();
 
@@ -242,7 +244,16 @@ async fn the_agent_publishes_to_the_apiserver_and_a_restart_changes_nothing() {
         "{refused:?}"
     );
 
-    // The agent restarts and republishes its restored endpoint: nothing changes.
+    // The agent restarts and republishes its restored endpoint: nothing changes. The
+    // apiserver answers "written" before it writes its canaries (same pass), so they are
+    // waited for first.
+    let canary = eventually_async(
+        "the apiserver's canaries",
+        || backend.get("cilium/synced/c1/cilium/state/ip/v1"),
+        |got| matches!(got, Ok(Some(_))),
+    )
+    .await;
+    assert!(matches!(canary, Ok(Some(_))));
     let before = backend.revision("cilium/").await.unwrap();
     agent.process().signal(Signal::SIGTERM).unwrap();
     Wait::new("the agent to exit")
@@ -452,19 +463,7 @@ async fn the_clusters_services_come_back_from_the_apiserver_into_the_service_map
     node.veth_to("lxc1", &pod, "eth0").unwrap();
     let bpf = BpfRoot::new().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let options = AgentOptions::new(
-        Path::new(env!("CARGO_BIN_EXE_meshwork-agent")),
-        "c1",
-        1,
-        &dir.path().join("state"),
-    )
-    .bpf_root(bpf.path())
-    .flags([
-        format!("--apiserver-addr={addr}"),
-        "--node-name=n1".to_owned(),
-        "--node-ip=192.0.2.1".to_owned(),
-        "--ipv4-alloc-cidr=10.214.8.0/24".to_owned(),
-    ]);
+    let options = publishing_agent(dir.path(), &bpf, addr, "10.214.8.0/24");
     let mut agent = AgentProcess::start(&options).unwrap();
     let socket = agent.socket().to_owned();
     let web = pb::Endpoint {

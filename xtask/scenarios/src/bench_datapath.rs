@@ -38,7 +38,7 @@ use crate::binaries;
 use crate::load::write_mesh_config;
 use crate::measure::{Rounds, back_to_back, ms, odd_rounds};
 
-const RATIO_GOAL: f64 = 0.90;
+const RATIO_GOAL: f64 = 1.0;
 /// Entries per batch handed to the writer, as a store page delivers them.
 const BATCH: usize = 1000;
 /// How long the agent may take to regenerate the restored endpoint.
