@@ -11,14 +11,19 @@
 //! - [`node_store`]: where CiliumNodes live (Kubernetes or etcd) and the publishing rule.
 //! - [`grpc`]: the `meshwork.ipam.v1.NodeIpam` gRPC service: a node registers its spec,
 //!   watches its published snapshots and reports its usage and release answers.
+//! - [`args`]: the binary's command line (here so a manifest's args parse as the binary
+//!   parses them).
+//! - [`leader_election`]: one active replica in Kubernetes, on a `coordination.k8s.io` Lease.
 //! - [`manager`]: the actors (`NodeManager`, `InstancesManager`), the worst-deficit queue,
 //!   passes, resync scheduling, and learning nodes from the store.
 
 pub mod allocation;
+pub mod args;
 pub mod cilium_node;
 pub mod ec2;
 pub mod grpc;
 pub mod instances;
+pub mod leader_election;
 pub mod limits;
 pub mod manager;
 pub mod model;

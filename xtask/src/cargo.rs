@@ -26,7 +26,8 @@ fn run(step: &str, command: &mut Command) -> anyhow::Result<()> {
 
 /// The README's test command: setup, formatting, lints, then both tiers of tests — the plain
 /// ones `cargo test` runs, and the real-component ones (`#[ignore]`d there because they need
-/// etcd, moto, wireguard-go, bpffs or root), which setup made possible.
+/// etcd, moto, wireguard-go, bpffs or root), which setup made possible — and then the dev
+/// stack's checks on Docker (`dev test`, which removes the stack even when a check fails).
 pub fn test_suite(runner_args: &[String]) -> anyhow::Result<()> {
     setup::run()?;
     run(
@@ -51,7 +52,7 @@ pub fn test_suite(runner_args: &[String]) -> anyhow::Result<()> {
                 .args(["nextest", "run", "--workspace", "--no-fail-fast"])
                 .args(["--run-ignored", "all"])
                 .args(runner_args),
-        )
+        )?;
     } else {
         run(
             "cargo test --workspace -- --include-ignored",
@@ -59,8 +60,13 @@ pub fn test_suite(runner_args: &[String]) -> anyhow::Result<()> {
                 .args(["test", "--workspace", "--no-fail-fast", "--"])
                 .arg("--include-ignored")
                 .args(runner_args),
-        )
+        )?;
     }
+    if !runner_args.is_empty() {
+        eprintln!("==> dev test skipped: the test runner was given arguments (a filter)");
+        return Ok(());
+    }
+    run_scenario(false, crate::DEV_BINARIES, &["dev", "test"])
 }
 
 fn has_nextest() -> bool {

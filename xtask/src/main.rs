@@ -5,6 +5,7 @@
 //!   `-D warnings`, and every test against real components. CI runs exactly this.
 //! - `demo`: the main job on a fresh machine — setup, then the demo scenario.
 //! - `bench <name>`: a benchmark, measured against the physical floor in the same run.
+//! - `images`, `dev up|status|down|test`: the dev stack (`compose.yaml`) on Docker.
 
 mod cargo;
 mod setup;
@@ -47,6 +48,15 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Run setup, then build the dev stack's images (`meshwork/<component>:dev`, FROM scratch,
+    /// the legacy builder) from the current debug build, with exactly the libraries it links.
+    Images,
+    /// Run setup, then the dev stack (`compose.yaml`: two clusters on Docker).
+    Dev {
+        /// What to do with it.
+        #[command(subcommand)]
+        command: Dev,
+    },
     /// Run setup, then a benchmark (release build) against its floor in the same run.
     Bench {
         /// Which benchmark.
@@ -56,6 +66,36 @@ enum Command {
         args: Vec<String>,
     },
 }
+
+/// The dev stack's commands.
+#[derive(Subcommand)]
+enum Dev {
+    /// Build the images, start the stack, wait until every agent has every remote cluster
+    /// ready; print `meshctl status` from inside every node.
+    Up,
+    /// The containers and `meshctl status` of every node.
+    Status,
+    /// Remove every container, network and volume of the stack, and its images.
+    Down {
+        /// Keep the images.
+        #[arg(long)]
+        keep_images: bool,
+    },
+    /// The stack from fresh images, its checks (remote clusters ready, an ENI pod IP through
+    /// the CNI plugin, an agent restart with 0 drops, a network partition), then everything
+    /// removed, also on failure.
+    Test,
+}
+
+/// What the dev stack's images hold (built in one cargo invocation, debug).
+const DEV_BINARIES: &[&str] = &[
+    "meshwork-agent",
+    "meshctl",
+    "meshwork-apiserver",
+    "meshwork-operator",
+    "meshwork-cni",
+    "meshwork-devnode",
+];
 
 /// What the demo, the proof and most benchmarks run as processes.
 const MESH_BINARIES: &[&str] = &["meshwork-agent", "meshctl", "meshwork-apiserver"];
@@ -105,6 +145,21 @@ fn main() -> anyhow::Result<()> {
                 .chain(args.iter().map(String::as_str))
                 .collect();
             cargo::run_scenario(false, MESH_BINARIES, &args)
+        }
+        Command::Images => {
+            setup::run()?;
+            cargo::run_scenario(false, DEV_BINARIES, &["images"])
+        }
+        Command::Dev { command } => {
+            setup::run()?;
+            let args: &[&str] = match command {
+                Dev::Up => &["dev", "up"],
+                Dev::Status => &["dev", "status"],
+                Dev::Down { keep_images: false } => &["dev", "down"],
+                Dev::Down { keep_images: true } => &["dev", "down", "--keep-images"],
+                Dev::Test => &["dev", "test"],
+            };
+            cargo::run_scenario(false, DEV_BINARIES, args)
         }
         Command::Bench { name, args } => {
             setup::run()?;

@@ -8,7 +8,10 @@
 //! filled, if its checks fail. The cache dir is `$MESHWORK_CACHE_DIR`, else
 //! `$XDG_CACHE_HOME/meshwork`, else `$HOME/.cache/meshwork` (the lab resolves the same).
 //!
-//! Prints one line per component (`present`, `installed` or `failed: <why>`) and fails,
+//! Then Docker's daemon (for the dev stack) is started when none runs ([`docker`]).
+//! kubectl, which Debian does not package, is only reported ([`kubectl`]).
+//!
+//! Prints one line per component (`present`, `installed`, `started` or `failed: <why>`) and fails,
 //! naming the components, when one can't be had. Installing needs root; when nothing is
 //! missing, any user may run it. A run that finds everything present is fast: no
 //! `apt-get update`, no pip.
@@ -16,6 +19,8 @@
 mod apt;
 mod cache;
 mod cmd;
+mod docker;
+mod kubectl;
 mod probe;
 mod venv;
 
@@ -81,10 +86,21 @@ const COMPONENTS: &[Component] = &[
         "containernetworking-plugins",
         "/usr/lib/cni/loopback",
     ),
+    // The dev stack (compose.yaml): Debian's engine and the v1 `docker-compose` command; the
+    // daemon is started below when none runs.
+    Component::program("dockerd", "docker.io", &["dockerd"], &["--version"]),
+    Component::program(
+        "docker-compose",
+        "docker-compose",
+        &["docker-compose"],
+        &["version", "--short"],
+    ),
 ];
 
 /// The name of the venv's line in the report.
 const VENV_NAME: &str = "python venv";
+/// The name of the Docker daemon's line in the report.
+const DOCKER_DAEMON_NAME: &str = "docker daemon";
 
 /// Runs `cargo xtask setup`: checks every component, installs what is missing, prints the
 /// report, and fails naming the components that could not be had.
@@ -106,7 +122,8 @@ pub fn run() -> anyhow::Result<()> {
         .collect();
 
     if (!missing.is_empty() || venv_state.is_err()) && !is_root() {
-        let rows = report_without_installing(&probes, &venv_state);
+        let mut rows = report_without_installing(&probes, &venv_state);
+        rows.push(kubectl::row());
         print_report(&rows);
         bail!(
             "setup needs root to install what is missing ({}); run it again as root",
@@ -119,6 +136,8 @@ pub fn run() -> anyhow::Result<()> {
         .iter()
         .any(|row| row.name == "python3-venv" && !row.status.is_failure());
     rows.push(ensure_venv(&venv_dir, venv_state, python_venv_ok));
+    rows.push(ensure_docker_daemon(&rows));
+    rows.push(kubectl::row());
     print_report(&rows);
 
     let failed = failed_names(&rows);
@@ -158,6 +177,8 @@ enum Status {
     Present(Option<String>),
     /// Setup installed it just now.
     Installed(Option<String>),
+    /// Setup started it just now (a daemon).
+    Started(String),
     /// It is missing and setup did not try to install it (not root).
     Missing(String),
     /// Setup tried and failed; why.
@@ -252,6 +273,27 @@ fn ensure_venv(venv_dir: &Path, state: Result<String, venv::Missing>, python_ven
     }
 }
 
+/// Makes sure a Docker daemon with a private default cgroup namespace runs, once `dockerd`
+/// is there (its row in `rows`).
+fn ensure_docker_daemon(rows: &[Row]) -> Row {
+    let dockerd_ok = rows
+        .iter()
+        .any(|row| row.name == "dockerd" && !row.status.is_failure());
+    let status = if dockerd_ok {
+        match docker::ensure() {
+            docker::Daemon::Running(detail) => Status::Present(Some(detail)),
+            docker::Daemon::Started(detail) => Status::Started(detail),
+            docker::Daemon::Unusable(why) => Status::Failed(why),
+        }
+    } else {
+        Status::Failed("needs dockerd (apt: docker.io)".to_owned())
+    };
+    Row {
+        name: DOCKER_DAEMON_NAME,
+        status,
+    }
+}
+
 /// Prints the report, one aligned line per component.
 fn print_report(rows: &[Row]) {
     let width = rows.iter().map(|row| row.name.len()).max().unwrap_or(0) + 2;
@@ -260,6 +302,7 @@ fn print_report(rows: &[Row]) {
         match &row.status {
             Status::Present(detail) => println!("{name:<width$}present    {}", paren(detail)),
             Status::Installed(detail) => println!("{name:<width$}installed  {}", paren(detail)),
+            Status::Started(detail) => println!("{name:<width$}started    ({detail})"),
             Status::Missing(why) => println!("{name:<width$}missing    ({why})"),
             Status::Failed(why) => println!("{name:<width$}failed: {why}"),
         }

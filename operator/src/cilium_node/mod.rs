@@ -22,6 +22,14 @@ pub type StringMap = BTreeMap<String, String>;
 /// Cilium's `AllocationMap`: IP → who holds it.
 pub type AllocationMap = BTreeMap<String, AllocationIp>;
 
+/// The CiliumNode CustomResourceDefinition generated from these types, as YAML: what
+/// `meshwork-operator crd` prints and `deploy/kubernetes` checks in (a test fails when the
+/// checked-in copy differs).
+pub fn crd_yaml() -> Result<String, yaml_serde::Error> {
+    use kube::CustomResourceExt as _;
+    yaml_serde::to_string(&CiliumNode::crd())
+}
+
 fn is_zero(value: &i64) -> bool {
     *value == 0
 }

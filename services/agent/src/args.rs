@@ -4,7 +4,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{CommandFactory as _, Parser};
 
 /// The Meshwork agent: watches every remote cluster's etcd (nodes, services, identities,
 /// IP→identity) and serves its status on a local unix socket for `meshctl`.
@@ -208,6 +208,47 @@ impl Args {
     }
 }
 
+/// Parses the agent's command line (the program name first) exactly as the binary does,
+/// without exiting: clap, once Go-style booleans — `--enable-wireguard=true`,
+/// `--enable-ipsec=false`, as Cilium's flags and the keys of its ConfigMap are written —
+/// became clap's (the bare flag, or nothing). The deploy checks parse manifests with it.
+pub fn parse_args<I, T>(args: I) -> Result<Args, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    Args::try_parse_from(go_booleans(&Args::command(), args))
+}
+
+/// `--SWITCH=true` → `--SWITCH`, `--SWITCH=false` → nothing, for every on/off flag of
+/// `command` (clap's `SetTrue`); every other argument as it is.
+fn go_booleans<I, T>(command: &clap::Command, args: I) -> Vec<std::ffi::OsString>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let switches: Vec<&str> = command
+        .get_arguments()
+        .filter(|arg| matches!(arg.get_action(), clap::ArgAction::SetTrue))
+        .filter_map(clap::Arg::get_long)
+        .collect();
+    args.into_iter()
+        .map(Into::into)
+        .filter_map(|arg| {
+            let switch = arg
+                .to_str()
+                .and_then(|text| text.strip_prefix("--"))
+                .and_then(|text| text.split_once('='))
+                .filter(|(name, _)| switches.contains(name));
+            match switch {
+                Some((name, "true")) => Some(format!("--{name}").into()),
+                Some((_, "false")) => None,
+                _ => Some(arg),
+            }
+        })
+        .collect()
+}
+
 /// A flag value the agent cannot run with.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("--{flag}: {message}")]
@@ -224,5 +265,29 @@ impl ArgsError {
             flag,
             message: message.to_string(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_style_booleans_parse_as_cilium_writes_them() {
+        let args = parse_args([
+            "meshwork-agent",
+            "--enable-wireguard=true",
+            "--enable-ipsec=false",
+            "--bpf-lb-sock=true",
+        ])
+        .expect("parses");
+        assert!(args.wireguard.enable_wireguard);
+        assert!(!args.enable_ipsec);
+        assert!(args.socket_lb.bpf_lb_sock, "a valued boolean is clap's own");
+        let off = parse_args(["meshwork-agent", "--enable-wireguard=false"]).expect("parses");
+        assert!(!off.wireguard.enable_wireguard);
+        // Only true and false; clap itself refuses the rest.
+        assert!(parse_args(["meshwork-agent", "--enable-wireguard=yes"]).is_err());
+        assert!(Args::try_parse_from(["meshwork-agent", "--enable-wireguard=true"]).is_err());
     }
 }

@@ -3,7 +3,6 @@
 //! and metrics over HTTP.
 
 use anyhow::Context as _;
-use clap::Parser;
 use meshwork_agent::{AgentBuilder, Args};
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -14,7 +13,9 @@ fn main() -> std::process::ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let args = Args::parse();
+    // Cilium's `--flag=true` booleans too (`meshwork_agent::args::parse_args`).
+    let args: Args =
+        meshwork_agent::args::parse_args(std::env::args_os()).unwrap_or_else(|err| err.exit());
     // The system's arbiter holds the mesh, the barrier and the identity cache; the datapath
     // and WireGuard actors get arbiters of their own; watch stores, the API and the metrics
     // server run on tokio's worker threads.

@@ -13,8 +13,11 @@
 //! - [`validate`]: the gRPC requests checked and turned into the state's specs.
 //! - [`grpc`]: `meshwork.apiserver.v1.Export`, turning sessions and calls into commands.
 //! - [`metrics`]: the `meshwork_apiserver_*` metrics.
+//! - [`cli`]: the binary's command line (here so a manifest's args parse as the binary
+//!   parses them).
 //! - [`etcd_init`]: Cilium's etcd users and roles for the cluster.
 
+pub mod cli;
 pub mod control_keys;
 pub mod declarations;
 pub mod etcd_init;

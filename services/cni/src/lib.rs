@@ -13,6 +13,9 @@
 //! - VERSION: the versions in [`config::SpecVersion::ALL`]; STATUS and GC (CNI 1.1) are
 //!   answered as unknown commands (code 4).
 //!
+//! `meshwork-cni install` ([`install`]) puts the plugin and its conflist on the node, for the
+//! agent DaemonSet's init container.
+//!
 //! The config keys are in [`config`], the error codes in [`error::ErrorCode`]. Every
 //! failure is a [`CniError`], printed as the spec's error JSON with a non-zero exit.
 //!
@@ -45,6 +48,7 @@ mod commands;
 pub mod config;
 pub mod env;
 pub mod error;
+pub mod install;
 pub mod naming;
 pub mod netlink;
 pub mod netns;
@@ -167,10 +171,18 @@ pub fn respond(command: Option<&str>, env: &CniEnv, stdin: &[u8]) -> Response {
     }
 }
 
-/// The binary: reads CNI_* from the environment and the config from stdin (not when
+/// The binary: with the argument `install`, [`install::main`]; otherwise reads CNI_* from
+/// the environment and the config from stdin (not when
 /// CNI_COMMAND is unset: a plugin started by hand must not wait for input), prints the
 /// outcome on stdout.
 pub fn main_entry() -> ExitCode {
+    // A runtime passes no arguments; `install` is the DaemonSet's init container.
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|arg| arg == "install")
+    {
+        return install::main(std::env::args_os());
+    }
     let command = std::env::var("CNI_COMMAND").ok().filter(|c| !c.is_empty());
     let env = CniEnv::from_vars(std::env::vars_os());
     let mut stdin = Vec::new();

@@ -1,9 +1,21 @@
-//! Command-line arguments.
+//! `meshctl`'s command line. It is the library's only module (the binary reads it with
+//! [`Cli::parse`](clap::Parser)) so that other code can parse a command line exactly as
+//! `meshctl` does: the deploy checks parse the `meshctl health` probes of the manifests with
+//! [`parse_args`].
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+
+/// Parses `args` (the program name first) as `meshctl` does, without exiting.
+pub fn parse_args<I, T>(args: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    Cli::try_parse_from(args)
+}
 
 /// The agent's API socket unless `--socket` or `MESHWORK_SOCKET` says otherwise.
 pub const DEFAULT_SOCKET: &str = "/var/run/meshwork/agent.sock";
@@ -102,7 +114,7 @@ pub enum Command {
     /// connected, each remote's first lists, each sync wait returned (synced or breaker),
     /// each endpoint regenerated, WireGuard GC and prune passes; as a table, --json, or
     /// drawn with --svg FILE / --png FILE.
-    Timeline(crate::timeline::TimelineArgs),
+    Timeline(TimelineArgs),
 }
 
 /// `meshctl troubleshoot …`.
@@ -344,6 +356,40 @@ pub struct StatusArgs {
         requires = "wait"
     )]
     pub timeout: Duration,
+}
+
+/// `meshctl timeline`.
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Steps: start; connected (a remote's etcd connected and its cluster config \
+                  valid); first-list (a remote's store listed and applied by every consumer); \
+                  wait-returned (a sync wait returned: synced, breaker, timeout or failed, with \
+                  who waited: readiness, regeneration, prune, wireguard-gc); regenerated (an \
+                  endpoint's program); wireguard-gc; prune (restored map entries). The picture \
+                  has one row per remote × store with a bar from the start to its first list, \
+                  a lane of the agent's own steps, and a red line where a breaker fired."
+)]
+pub struct TimelineArgs {
+    /// Print the timeline as one line of JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Also draw it as SVG into FILE.
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
+    /// Also draw it as PNG into FILE (its text needs a TrueType font: --font, or one found
+    /// under /usr/share/fonts).
+    #[arg(long, value_name = "FILE")]
+    pub png: Option<PathBuf>,
+    /// The font for --png's text (a .ttf or .otf file).
+    #[arg(long, value_name = "FILE", requires = "png")]
+    pub font: Option<PathBuf>,
+    /// The picture's caption.
+    #[arg(
+        long,
+        value_name = "TEXT",
+        default_value = "meshwork-agent start timeline"
+    )]
+    pub title: String,
 }
 
 #[cfg(test)]

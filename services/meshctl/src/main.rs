@@ -1,7 +1,6 @@
 //! `meshctl`: the on-call engineer's CLI for a Meshwork agent, talking to the agent's local
 //! gRPC API on its unix socket.
 
-mod cli;
 mod client;
 mod datapath;
 mod encrypt;
@@ -15,6 +14,8 @@ mod troubleshoot;
 use std::process::ExitCode;
 
 use clap::Parser;
+// The library's command line, as `crate::cli` for the modules here.
+use meshctl::cli;
 
 use crate::cli::{BpfCommand, Cli, Command, EndpointCommand, IpcacheCommand, TroubleshootCommand};
 use crate::client::Agent;

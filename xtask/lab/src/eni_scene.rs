@@ -1,6 +1,6 @@
 //! An AWS scene in the patched moto for ENI IPAM: one VPC (10.213.0.0/16, a lab range whose
-//! root-namespace route is `unreachable`), one subnet, one security group and `nodes` running
-//! instances, made with the real EC2 SDK.
+//! root-namespace route is `unreachable`, unless [`EniScene::create_with`] is given another),
+//! one subnet, one security group and `nodes` running instances, made with the real EC2 SDK.
 
 use aws_sdk_ec2::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_ec2::types::InstanceType;
@@ -42,10 +42,15 @@ fn failed(step: &str) -> impl FnOnce(String) -> LabError + '_ {
 impl EniScene {
     /// The SDK client of `moto`.
     pub fn client(moto: &MotoServer) -> aws_sdk_ec2::Client {
+        Self::client_at(&moto.endpoint())
+    }
+
+    /// The SDK client of the EC2 endpoint `endpoint` (a moto server, by URL).
+    pub fn client_at(endpoint: &str) -> aws_sdk_ec2::Client {
         let config = aws_sdk_ec2::Config::builder()
             .behavior_version(BehaviorVersion::latest())
             .region(Region::new(REGION))
-            .endpoint_url(moto.endpoint())
+            .endpoint_url(endpoint)
             .credentials_provider(Credentials::new("testing", "testing", None, None, "lab"))
             .build();
         aws_sdk_ec2::Client::from_conf(config)
@@ -59,10 +64,26 @@ impl EniScene {
         instance_type: &str,
         nodes: usize,
     ) -> Result<Self> {
-        let sdk = Self::client(moto);
+        Self::create_with(
+            Self::client(moto),
+            (VPC_CIDR, subnet_cidr),
+            instance_type,
+            nodes,
+        )
+        .await
+    }
+
+    /// [`EniScene::create`] through `sdk` (any EC2 endpoint), with a VPC of `vpc_cidr` and a
+    /// subnet of `subnet_cidr` inside it.
+    pub async fn create_with(
+        sdk: aws_sdk_ec2::Client,
+        (vpc_cidr, subnet_cidr): (&str, &str),
+        instance_type: &str,
+        nodes: usize,
+    ) -> Result<Self> {
         let vpc = sdk
             .create_vpc()
-            .cidr_block(VPC_CIDR)
+            .cidr_block(vpc_cidr)
             .send()
             .await
             .map_err(|e| failed("CreateVpc")(e.to_string()))?;

@@ -1,7 +1,7 @@
 //! Meshwork's scenarios: the demo and the benchmarks, on real components from the lab.
 //!
-//! Run through `cargo xtask demo` and `cargo xtask bench <name>`, which install what is
-//! missing first.
+//! Run through `cargo xtask demo`, `cargo xtask bench <name>`, `cargo xtask images` and
+//! `cargo xtask dev …`, which install what is missing first.
 
 mod bench_apiserver;
 mod bench_datapath;
@@ -14,6 +14,7 @@ mod bench_wireguard;
 mod binaries;
 mod demo;
 mod demo_mesh;
+mod dev;
 mod floor;
 mod load;
 mod measure;
@@ -46,6 +47,12 @@ enum Command {
     /// A benchmark against its physical floor, measured in the same run.
     #[command(subcommand)]
     Bench(Bench),
+    /// The dev stack's images (`meshwork/<component>:dev`), `FROM scratch` with the binaries
+    /// beside this one and exactly the libraries they link.
+    Images,
+    /// The dev stack (`compose.yaml`): up, status, down, test.
+    #[command(subcommand)]
+    Dev(dev::Command),
 }
 
 #[derive(Subcommand)]
@@ -88,6 +95,8 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     match cli.command {
+        Command::Images => dev::images::build_all(),
+        Command::Dev(command) => dev::run(&command),
         Command::Demo(args) => runtime.block_on(demo::run(args)),
         Command::Proof(args) => runtime.block_on(proof::run(args)),
         Command::Bench(Bench::Kvstore(args)) => runtime.block_on(bench_kvstore::run(args)),

@@ -5,18 +5,18 @@
 //! Kubernetes can never drift from the code.
 
 mod args;
+mod leadership;
 
 use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
+use anyhow::{Context, bail};
 use clap::Parser;
-use kube::CustomResourceExt;
 use meshwork_http::MetricsServer;
 use meshwork_kvstore::{EtcdBackend, KvstoreMetrics, WatchStoreOptions};
-use meshwork_operator::cilium_node::CiliumNode;
+use meshwork_operator::cilium_node;
 use meshwork_operator::ec2::{Ec2, Ec2Config, Ec2Metrics, SubnetFilter};
 use meshwork_operator::grpc::NodeIpamService;
 use meshwork_operator::grpc::tls::TlsFiles;
@@ -31,7 +31,8 @@ use prometheus_client::registry::Registry;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
-use args::{Cli, Command, RunArgs, StoreChoice};
+use args::{Cli, Command, RunArgs, RunArgsExt as _, StoreChoice};
+use leadership::Leadership;
 
 /// How long etcd has to answer at start.
 const ETCD_CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
@@ -39,7 +40,7 @@ const ETCD_CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     if let Some(Command::Crd) = cli.command {
-        let yaml = yaml_serde::to_string(&CiliumNode::crd()).context("encoding the CRD")?;
+        let yaml = cilium_node::crd_yaml().context("encoding the CRD")?;
         std::io::stdout()
             .lock()
             .write_all(yaml.as_bytes())
@@ -61,6 +62,9 @@ fn main() -> anyhow::Result<()> {
         grpc: run.grpc_addr()?,
     };
     let tls = run.grpc_tls()?;
+    if matches!(store, StoreChoice::Kube(_)) {
+        run.leader_election.timing().validate()?;
+    }
     actix_rt::System::with_tokio_rt(|| {
         tokio::runtime::Builder::new_multi_thread()
             .enable_all()
@@ -109,26 +113,30 @@ async fn operate(
         Some(addr) => Some(MetricsServer::bind(addr).await?),
         None => None,
     };
-    let grpc_listener = match addrs.grpc {
-        Some(addr) => Some(
-            tokio::net::TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("binding the gRPC endpoint {addr}"))?,
-        ),
-        None => None,
+    // In Kubernetes the gRPC port is bound only once this replica leads: a standby refuses
+    // connections at once, so an agent's retry reaches the leader behind the Service.
+    let grpc_listener = match (&store, addrs.grpc) {
+        (StoreChoice::Etcd(_), Some(addr)) => Some(bind_grpc(addr).await?),
+        _ => None,
     };
+    let kvstore_metrics =
+        matches!(store, StoreChoice::Etcd(_)).then(|| KvstoreMetrics::register(&mut registry));
+    // Served from the start (a standby's /healthz answers too), with every metric registered.
+    let stop_http = CancellationToken::new();
+    let server = metrics_server.map(|server| server.serve(registry, None, stop_http.clone()));
 
     let settings = GrpcSettings {
         tls,
         test_hook: run.test_hook_inconsistent_snapshot.clone(),
         stop: CancellationToken::new(),
     };
+    let mut leadership = None;
     let grpc = match store {
         StoreChoice::Etcd(config) => {
             // The error names the endpoints and the cause (TLS file, handshake, timeout).
             let backend = EtcdBackend::connect(&config, ETCD_CONNECT_TIMEOUT).await?;
             let options = WatchStoreOptions {
-                metrics: KvstoreMetrics::register(&mut registry),
+                metrics: kvstore_metrics.unwrap_or_default(),
                 ..WatchStoreOptions::new(run.cluster_name.clone())
             };
             let store = EtcdStore::new(backend.clone());
@@ -150,10 +158,18 @@ async fn operate(
         }
         StoreChoice::Kube(kubeconfig) => {
             let client = kube_client(kubeconfig).await?;
+            let mut election = Leadership::start(&client, &run.leader_election);
+            tokio::select! {
+                leading = election.leading() => leading?,
+                _ = terminate.recv() => return stop_standby(election, stop_http, server).await,
+                _ = interrupt.recv() => return stop_standby(election, stop_http, server).await,
+            }
+            tracing::info!("leading: starting the allocator");
             let store = KubeStore::new(client.clone());
             let operator = start(&run, ec2.clone(), store.clone());
-            let grpc = match grpc_listener {
-                Some(listener) => {
+            let grpc = match addrs.grpc {
+                Some(addr) => {
+                    let listener = bind_grpc(addr).await?;
                     Some(serve_grpc(listener, &operator, store, ec2, &settings).await?)
                 }
                 None => None,
@@ -163,15 +179,20 @@ async fn operate(
                 operator.nodes.recipient(),
             ));
             tracing::info!("watching CiliumNodes in Kubernetes");
+            leadership = Some(election);
             grpc
         }
     };
 
-    let stop_http = CancellationToken::new();
-    let server = metrics_server.map(|server| server.serve(registry, None, stop_http.clone()));
     tokio::select! {
         _ = terminate.recv() => tracing::info!("SIGTERM: stopping"),
         _ = interrupt.recv() => tracing::info!("SIGINT: stopping"),
+        () = lost(leadership.as_mut()) => {
+            // As Cilium's operator: exit at once, every pass and stream dropped with the
+            // runtime, well before another replica may take over (a lease duration after
+            // the last renewal, the renew deadline having passed already).
+            bail!("leader election lost: another replica may lead now; exiting to campaign again");
+        }
     }
     // Passes in flight are dropped: an ENI created but not yet attached is collected by the
     // next operator's GC (it carries the cluster's tags).
@@ -193,6 +214,41 @@ async fn operate(
             Ok(Err(err)) => tracing::warn!(%err, "metrics server task failed"),
             Err(_) => tracing::warn!("metrics server did not stop in time"),
         }
+    }
+    // Given up only now, so the next leader never overlaps this one's last writes.
+    if let Some(election) = leadership {
+        election.stop().await;
+    }
+    actix::System::current().stop();
+    Ok(())
+}
+
+/// Binds the gRPC endpoint.
+async fn bind_grpc(addr: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding the gRPC endpoint {addr}"))
+}
+
+/// Resolves when leadership is lost; never without an election.
+async fn lost(leadership: Option<&mut Leadership>) {
+    match leadership {
+        Some(leadership) => leadership.lost().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A signal before this replica led: stop campaigning and the metrics server, exit 0.
+async fn stop_standby(
+    election: Leadership,
+    stop_http: CancellationToken,
+    server: Option<tokio::task::JoinHandle<()>>,
+) -> anyhow::Result<()> {
+    tracing::info!("signal: stopping before leading");
+    election.stop().await;
+    stop_http.cancel();
+    if let Some(server) = server {
+        let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
     }
     actix::System::current().stop();
     Ok(())

@@ -78,9 +78,16 @@ pub struct IpamArgs {
     #[arg(long, value_name = "FILE")]
     pub operator_tls_key: Option<PathBuf>,
 
-    /// This node's EC2 instance (`spec.eni.instance-id`, i-…).
+    /// This node's EC2 instance (`spec.eni.instance-id`, i-…); default: asked of the
+    /// instance metadata service (`--eni-metadata-endpoint`) before registering, as
+    /// Cilium's agent does.
     #[arg(long, value_name = "ID")]
     pub eni_instance_id: Option<String>,
+
+    /// The EC2 instance metadata service (IMDSv2), asked for this node's instance ID when
+    /// `--eni-instance-id` is not given.
+    #[arg(long, value_name = "URL", default_value = super::imds::DEFAULT_ENDPOINT)]
+    pub eni_metadata_endpoint: String,
 
     /// The instance type (`spec.eni.instance-type`, e.g. m5.large); default: the operator
     /// describes the instance.
@@ -166,11 +173,15 @@ impl IpamArgs {
                         &"eni needs --operator-addr (the operator's http(s)://HOST:PORT)",
                     ));
                 };
-                if self.eni_instance_id.as_deref().is_none_or(str::is_empty) {
+                if self.eni_instance_id.as_deref() == Some("") {
                     return Err(ArgsError::new(
-                        "ipam",
-                        &"eni needs --eni-instance-id (this node's EC2 instance, i-…)",
+                        "eni-instance-id",
+                        &"is empty (leave it out to ask the instance metadata service)",
                     ));
+                }
+                if self.eni_instance_id.is_none() {
+                    super::imds::authority(&self.eni_metadata_endpoint)
+                        .map_err(|err| ArgsError::new("eni-metadata-endpoint", &err))?;
                 }
                 self.check_operator(addr)?;
                 if self.ipam_max_allocate > 0 && self.ipam_min_allocate > self.ipam_max_allocate {
@@ -364,8 +375,26 @@ mod tests {
         let cases: Vec<(Vec<&str>, &str)> = vec![
             (vec!["--ipam", "eni"], "--ipam: eni needs --operator-addr"),
             (
-                vec!["--ipam", "eni", "--operator-addr", "http://127.0.0.1:9"],
-                "--ipam: eni needs --eni-instance-id",
+                vec![
+                    "--ipam",
+                    "eni",
+                    "--operator-addr",
+                    "http://127.0.0.1:9",
+                    "--eni-instance-id",
+                    "",
+                ],
+                "--eni-instance-id: is empty",
+            ),
+            (
+                vec![
+                    "--ipam",
+                    "eni",
+                    "--operator-addr",
+                    "http://127.0.0.1:9",
+                    "--eni-metadata-endpoint",
+                    "https://169.254.169.254",
+                ],
+                "--eni-metadata-endpoint: --eni-metadata-endpoint \"https://169.254.169.254\" is not",
             ),
             (
                 vec!["--ipam", "cluster-pool"],

@@ -34,8 +34,11 @@ pub struct ClientSettings {
     pub addr: String,
     /// The TLS to the operator.
     pub tls: Option<ClientTlsConfig>,
-    /// The node's spec, as registered.
+    /// The node's spec, as registered; an empty instance ID is asked of the metadata
+    /// service before the first registration.
     pub register: pb::RegisterNodeRequest,
+    /// `--eni-metadata-endpoint`.
+    pub metadata_endpoint: String,
     /// Pacing.
     pub settings: IpamSettings,
 }
@@ -45,7 +48,7 @@ pub fn start(ipam: Ipam, settings: ClientSettings) -> JoinHandle<()> {
     tokio::spawn(run(ipam, settings))
 }
 
-async fn run(ipam: Ipam, client: ClientSettings) {
+async fn run(ipam: Ipam, mut client: ClientSettings) {
     let backoff = ExponentialBuilder::default()
         .with_min_delay(client.settings.min_retry_delay)
         .with_max_delay(client.settings.max_retry_delay)
@@ -54,7 +57,10 @@ async fn run(ipam: Ipam, client: ClientSettings) {
     let mut delays = backoff.build();
     loop {
         let started = tokio::time::Instant::now();
-        let ended = session(&ipam, &client).await;
+        let ended = match learn_instance_id(&mut client).await {
+            Ok(()) => session(&ipam, &client).await,
+            Err(status) => status,
+        };
         ipam.set_connected(false);
         if started.elapsed() > STABLE_SESSION {
             delays = backoff.build();
@@ -63,6 +69,21 @@ async fn run(ipam: Ipam, client: ClientSettings) {
         tracing::warn!(addr = %client.addr, status = %ended, ?delay, "IPAM: the operator session ended; reconnecting (allocating from the last snapshot meanwhile)");
         tokio::time::sleep(delay).await;
     }
+}
+
+/// Fills in the instance ID from the metadata service if `--eni-instance-id` was not given
+/// (once: the answer is kept across sessions).
+async fn learn_instance_id(client: &mut ClientSettings) -> Result<(), Status> {
+    if !client.register.instance_id.is_empty() {
+        return Ok(());
+    }
+    let timeout = client.settings.connect_timeout;
+    let id = super::imds::instance_id(&client.metadata_endpoint, timeout)
+        .await
+        .map_err(|err| Status::unavailable(format!("this node's instance ID: {err}")))?;
+    tracing::info!(instance_id = %id, endpoint = %client.metadata_endpoint, "IPAM: instance ID from the metadata service");
+    client.register.instance_id = id;
+    Ok(())
 }
 
 /// One session, until it fails.
@@ -158,5 +179,63 @@ async fn session(ipam: &Ipam, client: &ClientSettings) -> Status {
                 Err(status) => return status,
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ipam::imds::fake::fake;
+
+    fn settings(instance_id: &str, metadata_endpoint: String) -> ClientSettings {
+        ClientSettings {
+            addr: "http://127.0.0.1:9".to_owned(),
+            tls: None,
+            register: pb::RegisterNodeRequest {
+                node: "node-1".to_owned(),
+                instance_id: instance_id.to_owned(),
+                ..pb::RegisterNodeRequest::default()
+            },
+            metadata_endpoint,
+            settings: IpamSettings::default(),
+        }
+    }
+
+    #[tokio::test]
+    async fn without_an_instance_id_the_metadata_service_is_asked_once() {
+        let (endpoint, server) = fake(vec![
+            "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\ntok",
+            "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\ni-0abc1234",
+        ])
+        .await;
+        let mut client = settings("", endpoint);
+        learn_instance_id(&mut client).await.expect("learnt");
+        assert_eq!(client.register.instance_id, "i-0abc1234");
+        assert_eq!(
+            server.await.expect("server").len(),
+            2,
+            "a token, then the ID"
+        );
+        // Known now (as with --eni-instance-id): nothing is asked, the endpoint may be gone.
+        client.metadata_endpoint = "http://127.0.0.1:9".to_owned();
+        learn_instance_id(&mut client).await.expect("kept");
+        assert_eq!(client.register.instance_id, "i-0abc1234");
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_metadata_service_fails_the_session_unavailable() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let endpoint = format!("http://{}", listener.local_addr().expect("addr"));
+        drop(listener);
+        let mut client = settings("", endpoint);
+        let status = learn_instance_id(&mut client).await.expect_err("refused");
+        assert_eq!(status.code(), Code::Unavailable);
+        assert!(
+            status.message().starts_with("this node's instance ID: "),
+            "{status}"
+        );
+        assert!(client.register.instance_id.is_empty());
     }
 }

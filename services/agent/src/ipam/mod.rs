@@ -4,7 +4,9 @@
 //!
 //! - Start ([`open`]): the checkpoint (`<state-dir>/ipam.json`) is restored first — a
 //!   corrupt one fails the start naming the file. Cluster-pool allocates the router IP (the
-//!   CIDR's first host) at once. ENI mode starts the operator session: RegisterNode, then
+//!   CIDR's first host) at once. ENI mode starts the operator session (learning the instance
+//!   ID from the metadata service first, [`imds`], when `--eni-instance-id` is not given):
+//!   RegisterNode, then
 //!   WatchNode; each snapshot goes to the plain [`EniPool`], and once the pool is ready the
 //!   router IP is allocated (owner `router`) from it.
 //! - Readiness ([`Ipam::wait_ready`]): the agent's gRPC health turns SERVING only once the
@@ -18,6 +20,7 @@
 pub mod args;
 pub mod client;
 pub mod convert;
+pub mod imds;
 pub mod metrics;
 pub mod service;
 
@@ -185,6 +188,7 @@ pub fn open(
                 addr: args.ipam.operator_addr.clone().unwrap_or_default(),
                 tls: args.ipam.operator_tls()?,
                 register: args.ipam.register_request(&node),
+                metadata_endpoint: args.ipam.eni_metadata_endpoint.clone(),
                 settings: settings.clone(),
             };
             *lock(&ipam.shared.client) = Some(client::start(ipam.clone(), client));

@@ -12,7 +12,7 @@ mod model;
 mod render;
 mod table;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
@@ -20,42 +20,9 @@ use meshwork_proto::agent::v1::TimelineRequest;
 use meshwork_proto::agent::v1::agent_client::AgentClient;
 
 use self::model::Timeline;
+use crate::cli::TimelineArgs;
 use crate::client::{Agent, call_error};
 use crate::status::print_text;
-
-/// `meshctl timeline`.
-#[derive(Debug, clap::Args)]
-#[command(
-    after_help = "Steps: start; connected (a remote's etcd connected and its cluster config \
-                  valid); first-list (a remote's store listed and applied by every consumer); \
-                  wait-returned (a sync wait returned: synced, breaker, timeout or failed, with \
-                  who waited: readiness, regeneration, prune, wireguard-gc); regenerated (an \
-                  endpoint's program); wireguard-gc; prune (restored map entries). The picture \
-                  has one row per remote × store with a bar from the start to its first list, \
-                  a lane of the agent's own steps, and a red line where a breaker fired."
-)]
-pub struct TimelineArgs {
-    /// Print the timeline as one line of JSON instead of the table.
-    #[arg(long)]
-    pub json: bool,
-    /// Also draw it as SVG into FILE.
-    #[arg(long, value_name = "FILE")]
-    pub svg: Option<PathBuf>,
-    /// Also draw it as PNG into FILE (its text needs a TrueType font: --font, or one found
-    /// under /usr/share/fonts).
-    #[arg(long, value_name = "FILE")]
-    pub png: Option<PathBuf>,
-    /// The font for --png's text (a .ttf or .otf file).
-    #[arg(long, value_name = "FILE", requires = "png")]
-    pub font: Option<PathBuf>,
-    /// The picture's caption.
-    #[arg(
-        long,
-        value_name = "TEXT",
-        default_value = "meshwork-agent start timeline"
-    )]
-    pub title: String,
-}
 
 /// Runs `meshctl timeline` against the agent at `socket`.
 pub async fn run(socket: &Path, args: &TimelineArgs) -> anyhow::Result<ExitCode> {

@@ -1,13 +1,11 @@
-//! `meshwork-apiserver kvstoremesh`: its flags (Cilium's kvstoremesh names) and its run.
+//! `meshwork-apiserver kvstoremesh`: its run (its flags are the library's
+//! [`KvstoremeshArgs`]).
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use clap::Args;
 use meshwork_clustermesh::mesh::refresh_metrics;
-use meshwork_clustermesh::remote_cluster::heartbeat::HeartbeatArgs;
 use meshwork_http::{HealthServer, MetricsServer, Refresh};
 use meshwork_kvstore::EtcdBackend;
 use meshwork_kvstoremesh::service::{KvstoreMesh, Settings};
@@ -18,93 +16,44 @@ use prometheus_client::registry::Registry;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
-use crate::args::{KvstoreArgs, addr};
+use meshwork_apiserver::cli::KvstoremeshArgs;
+
+use crate::args::addr;
 
 /// How long the local etcd has to answer at start.
 const ETCD_CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long the stop waits for the last cache writes.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
-/// The flags of `kvstoremesh`.
-#[derive(Debug, Args)]
-pub struct KvstoremeshArgs {
-    /// Name of this cluster (a remote of the same name is refused).
-    #[arg(long, env = "MESHWORK_CLUSTER_NAME")]
-    pub cluster_name: String,
-    /// This cluster's ID, 1..=--max-connected-clusters (no remote may use it).
-    #[arg(long, env = "MESHWORK_CLUSTER_ID")]
-    pub cluster_id: u32,
-    /// Clusters a mesh may hold: 255 or 511.
-    #[arg(long, default_value_t = 255)]
-    pub max_connected_clusters: u32,
-    /// The clustermesh config directory: one file per remote cluster, named after it, in the
-    /// agent's format (endpoints, TLS files).
-    #[arg(long, value_name = "DIR")]
-    pub clustermesh_config: PathBuf,
-    /// This cluster's etcd, where the cache is written.
-    #[command(flatten)]
-    pub kvstore: KvstoreArgs,
-    /// TTL of the leases the cache is written under.
-    #[arg(long, default_value = "15m", value_parser = humantime::parse_duration)]
-    pub kvstore_lease_ttl: Duration,
-    /// A remote that does not connect within this after start is not waited for.
-    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
-    pub per_cluster_ready_timeout: Duration,
-    /// Ready after this regardless of the remotes.
-    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
-    pub global_ready_timeout: Duration,
-    /// How long a removed remote's entries stay after its cached config was deleted, so the
-    /// agents reading it disconnect first.
-    #[arg(long, default_value = "3m", value_parser = humantime::parse_duration)]
-    pub cache_removal_grace: Duration,
-    /// Where `/healthz` and `/readyz` (200 once every remote known at start is cached) are
-    /// served.
-    #[arg(long, default_value = "127.0.0.1:9881", value_name = "ADDR")]
-    pub health_serve_addr: String,
-    /// Where the status API (gRPC `meshwork.kvstoremesh.v1.KvstoreMesh`, with health and
-    /// reflection) is served, for `meshctl --kvstoremesh ADDR status`; Cilium's kvstoremesh
-    /// API port.
-    #[arg(long, default_value = "127.0.0.1:9889", value_name = "ADDR")]
-    pub api_serve_addr: String,
-    /// Where `/metrics` (`meshwork_kvstoremesh_*`) is served; empty disables it.
-    #[arg(long, default_value = "127.0.0.1:9965", value_name = "ADDR")]
-    pub prometheus_serve_addr: String,
-
-    /// The remotes' heartbeat.
-    #[command(flatten)]
-    pub heartbeat: HeartbeatArgs,
-}
-
-impl KvstoremeshArgs {
-    fn settings(&self) -> anyhow::Result<Settings> {
-        validate_cluster_name(&self.cluster_name)
-            .with_context(|| format!("--cluster-name {:?}", self.cluster_name))?;
-        validate_max_connected_clusters(self.max_connected_clusters)
-            .context("--max-connected-clusters")?;
-        validate_cluster_id(self.cluster_id, self.max_connected_clusters)
-            .with_context(|| format!("--cluster-id {}", self.cluster_id))?;
-        if self.kvstore_lease_ttl < Duration::from_secs(10) {
-            bail!("--kvstore-lease-ttl must be at least 10s");
-        }
-        Ok(Settings {
-            max_connected_clusters: self.max_connected_clusters,
-            lease_ttl: self.kvstore_lease_ttl,
-            per_cluster_ready_timeout: self.per_cluster_ready_timeout,
-            global_ready_timeout: self.global_ready_timeout,
-            removal_grace: self.cache_removal_grace,
-            heartbeat: self.heartbeat.settings(),
-            ..Settings::new(
-                &self.cluster_name,
-                self.cluster_id,
-                &self.clustermesh_config,
-            )
-        })
+/// The settings of `args`, checked (errors name the flag).
+fn settings(args: &KvstoremeshArgs) -> anyhow::Result<Settings> {
+    validate_cluster_name(&args.cluster_name)
+        .with_context(|| format!("--cluster-name {:?}", args.cluster_name))?;
+    validate_max_connected_clusters(args.max_connected_clusters)
+        .context("--max-connected-clusters")?;
+    validate_cluster_id(args.cluster_id, args.max_connected_clusters)
+        .with_context(|| format!("--cluster-id {}", args.cluster_id))?;
+    if args.kvstore_lease_ttl < Duration::from_secs(10) {
+        bail!("--kvstore-lease-ttl must be at least 10s");
     }
+    Ok(Settings {
+        max_connected_clusters: args.max_connected_clusters,
+        lease_ttl: args.kvstore_lease_ttl,
+        per_cluster_ready_timeout: args.per_cluster_ready_timeout,
+        global_ready_timeout: args.global_ready_timeout,
+        removal_grace: args.cache_removal_grace,
+        heartbeat: args.heartbeat.settings(),
+        ..Settings::new(
+            &args.cluster_name,
+            args.cluster_id,
+            &args.clustermesh_config,
+        )
+    })
 }
 
 /// Runs kvstoremesh until SIGTERM; needs an actix system.
 pub async fn run(args: &KvstoremeshArgs) -> anyhow::Result<()> {
-    let settings = args.settings()?;
+    let settings = settings(args)?;
     let health_addr = addr("--health-serve-addr", &args.health_serve_addr)?;
     let api_addr = addr("--api-serve-addr", &args.api_serve_addr)?;
     let metrics_addr = (!args.prometheus_serve_addr.is_empty())

@@ -21,7 +21,7 @@ use prometheus_client::registry::Registry;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
-use args::{Cli, Command, KvstoreArgs};
+use args::{Cli, CliExt as _, Command, KvstoreArgs};
 
 /// How long etcd has to answer at start.
 const ETCD_CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
