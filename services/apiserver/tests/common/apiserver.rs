@@ -7,15 +7,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use meshwork_lab::process::LabProcess;
-use meshwork_lab::wait::{Wait, free_port};
+use meshwork_lab::wait::{free_port, Wait};
 use meshwork_proto::apiserver::v1 as pb;
 use meshwork_proto::apiserver::v1::export_client::ExportClient;
 use pb::publish_request::Request as Publish;
 use pb::publish_response::Response as Answer;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::Streaming;
 use tonic::transport::Channel;
+use tonic::Streaming;
 
 pub const DEADLINE: Duration = Duration::from_secs(30);
 pub const NODE_GC_GRACE: Duration = Duration::from_secs(3);
@@ -243,7 +243,13 @@ impl Agent {
     /// The next set of local services the apiserver sends (at most [`DEADLINE`] away).
     pub async fn next_local_services(&mut self) -> pb::LocalServices {
         let next = async {
-            match self.answers.message().await.unwrap().and_then(|a| a.response) {
+            match self
+                .answers
+                .message()
+                .await
+                .unwrap()
+                .and_then(|a| a.response)
+            {
                 Some(Answer::LocalServices(set)) => set,
                 Some(other) => panic!("expected local services, got {other:?}"),
                 None => panic!("the session ended"),
