@@ -17,14 +17,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
-use hashbrown::HashMap;
-use hashbrown::hash_map::EntryRef;
+use meshwork_types::KeyedValue;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::etcd::{DEFAULT_PAGE_SIZE, EtcdBackend, ListPage, WatchEvent};
 use super::keys::{scope_of, with_trailing_slash};
 use super::metrics::{KvstoreMetrics, PrefixLabels, SyncLabels};
+use super::store_table::{ByKey, ByValue, StoreTable, Upserted};
 use super::{Decoder, KvstoreError};
 
 /// Receives the store's events, synchronously and in order.
@@ -126,19 +126,13 @@ impl WatchStoreOptions {
 /// Most entries a list may pre-size a store for.
 const MAX_PRESIZE: usize = 4 << 20;
 
-struct Entry<V> {
-    value: Arc<V>,
-    stale: bool,
-}
-
-/// A restartable watch store of one prefix; see the module docs.
-pub struct WatchStore<D: Decoder, O: Observer<D::Value>> {
+/// A restartable watch store of one prefix; see the module docs. `T` is where it keeps its
+/// entries: [`ByKey`] for any decoder ([`WatchStore::new`]), [`ByValue`] for values that name
+/// their own key ([`WatchStore::keyed_by_value`]).
+pub struct WatchStore<D: Decoder, O: Observer<D::Value>, T = ByKey<<D as Decoder>::Value>> {
     decoder: D,
     observer: O,
-    // Boxed keys: a million of them cost 8 bytes less each than Strings. foldhash: SipHash
-    // showed in profiles of large lists; foldhash is seeded per map, so keys a remote picks
-    // still cannot be aimed at one bucket.
-    state: HashMap<Box<str>, Entry<D::Value>, foldhash::fast::RandomState>,
+    state: T,
     on_sync: Vec<OnSync>,
     /// The observer has been told of the first list-done.
     announced: bool,
@@ -156,10 +150,28 @@ enum RunEnd {
 impl<D: Decoder, O: Observer<D::Value>> WatchStore<D, O> {
     /// A store that decodes with `decoder` and reports to `observer`.
     pub fn new(decoder: D, observer: O, options: WatchStoreOptions) -> Self {
+        Self::with_table(decoder, observer, options)
+    }
+}
+
+impl<D, O> WatchStore<D, O, ByValue<D::Value>>
+where
+    D: Decoder<Value: KeyedValue>,
+    O: Observer<D::Value>,
+{
+    /// A store like [`WatchStore::new`] that keeps values without their keys, for a decoder
+    /// whose values name the key they were accepted under (the ipcache's).
+    pub fn keyed_by_value(decoder: D, observer: O, options: WatchStoreOptions) -> Self {
+        Self::with_table(decoder, observer, options)
+    }
+}
+
+impl<D: Decoder, O: Observer<D::Value>, T: StoreTable<D::Value>> WatchStore<D, O, T> {
+    fn with_table(decoder: D, observer: O, options: WatchStoreOptions) -> Self {
         Self {
             decoder,
             observer,
-            state: HashMap::default(),
+            state: T::default(),
             on_sync: Vec::new(),
             announced: false,
             listed_ahead: None,
@@ -194,7 +206,7 @@ impl<D: Decoder, O: Observer<D::Value>> WatchStore<D, O> {
 
     /// The current value of `key` (relative to the prefix).
     pub fn get(&self, key: &str) -> Option<&Arc<D::Value>> {
-        self.state.get(key).map(|entry| &entry.value)
+        self.state.get(key)
     }
 
     /// Number of entries held.
@@ -251,7 +263,7 @@ impl<D: Decoder, O: Observer<D::Value>> WatchStore<D, O> {
         tracing::info!(source = %self.options.source, %prefix, "stopped watch store");
     }
 
-    fn backoff(&self) -> impl Iterator<Item = Duration> + use<D, O> {
+    fn backoff(&self) -> impl Iterator<Item = Duration> + use<D, O, T> {
         ExponentialBuilder::default()
             .with_min_delay(self.options.min_retry_delay)
             .with_max_delay(self.options.max_retry_delay)
@@ -268,9 +280,7 @@ impl<D: Decoder, O: Observer<D::Value>> WatchStore<D, O> {
         cancel: &CancellationToken,
         listed_in_run: &mut bool,
     ) -> RunEnd {
-        for entry in self.state.values_mut() {
-            entry.stale = true;
-        }
+        self.state.mark_stale();
         let revision = match self.list(backend, prefix, cancel).await {
             Ok(Some(revision)) => revision,
             Ok(None) => return RunEnd::Cancelled,
@@ -321,8 +331,7 @@ impl<D: Decoder, O: Observer<D::Value>> WatchStore<D, O> {
                 let expected = usize::try_from(page.remaining)
                     .unwrap_or(0)
                     .min(MAX_PRESIZE);
-                self.state
-                    .reserve(expected.saturating_sub(self.state.len()));
+                self.state.reserve_for_list(expected);
             }
             for kv in &page.kvs {
                 self.upsert(prefix, kv.key(), kv.value(), kv.mod_revision());
@@ -396,34 +405,25 @@ impl<D: Decoder, O: Observer<D::Value>> WatchStore<D, O> {
             self.reject(prefix, &String::from_utf8_lossy(key), "key is not UTF-8");
             return;
         };
+        let held = self.state.len() as u64;
         match self.decoder.decode_at(key, value, mod_revision) {
-            Ok(decoded) => match self.state.entry_ref(key) {
-                EntryRef::Occupied(mut occupied) => {
-                    let entry = occupied.get_mut();
-                    entry.stale = false;
-                    if *entry.value == decoded {
-                        return;
-                    }
-                    entry.value = Arc::new(decoded);
-                    self.observer.on_upsert(key, &entry.value);
-                }
-                EntryRef::Vacant(vacant) => {
-                    let value = Arc::new(decoded);
-                    vacant.insert(Entry {
-                        value: Arc::clone(&value),
-                        stale: false,
-                    });
+            Ok(decoded) => match self.state.upsert(key, decoded) {
+                Upserted::Unchanged => {}
+                Upserted::Changed(value) => self.observer.on_upsert(key, value),
+                Upserted::Created(value) => {
                     // Count before notifying, so an observer never sees a stale count.
-                    self.count_entries();
-                    self.observer.on_create(key, &value);
+                    self.status.entries.store(held + 1, Ordering::Relaxed);
+                    self.observer.on_create(key, value);
+                }
+                Upserted::WrongKey => {
+                    self.state.keep(key);
+                    self.reject(prefix, key, "the value names another key");
                 }
             },
             Err(err) => {
                 // The key still exists in etcd: keep its old value, and do not let the
                 // end of a list delete it.
-                if let Some(entry) = self.state.get_mut(key) {
-                    entry.stale = false;
-                }
+                self.state.keep(key);
                 self.reject(prefix, key, &err.to_string());
             }
         }
@@ -444,9 +444,9 @@ impl<D: Decoder, O: Observer<D::Value>> WatchStore<D, O> {
 
     fn delete(&mut self, key: &str) {
         match self.state.remove(key) {
-            Some(entry) => {
+            Some(value) => {
                 self.count_entries();
-                self.observer.on_delete(key, &entry.value);
+                self.observer.on_delete(key, &value);
             }
             None => tracing::debug!(source = %self.options.source, key,
                 "delete of an unknown key ignored"),
@@ -454,15 +454,12 @@ impl<D: Decoder, O: Observer<D::Value>> WatchStore<D, O> {
     }
 
     fn delete_stale(&mut self) {
-        let stale: Vec<Box<str>> = self
-            .state
-            .iter()
-            .filter(|(_, entry)| entry.stale)
-            .map(|(key, _)| key.clone())
-            .collect();
-        for key in stale {
-            self.delete(&key);
-        }
+        let (status, observer) = (&self.status, &mut self.observer);
+        self.state.remove_stale(|key, value| {
+            // Counted before notifying, as every delete is.
+            status.entries.fetch_sub(1, Ordering::Relaxed);
+            observer.on_delete(key, value);
+        });
         self.observer.flush();
     }
 
@@ -471,11 +468,10 @@ impl<D: Decoder, O: Observer<D::Value>> WatchStore<D, O> {
     pub fn drain(&mut self) {
         tracing::info!(source = %self.options.source, entries = self.state.len(),
             "draining watch store");
-        let drained: Vec<_> = self.state.drain().collect();
-        self.count_entries();
-        for (key, entry) in drained {
-            self.observer.on_delete(&key, &entry.value);
-        }
+        self.status.entries.store(0, Ordering::Relaxed);
+        let observer = &mut self.observer;
+        self.state
+            .drain(|key, value| observer.on_delete(key, value));
         self.observer.flush();
     }
 

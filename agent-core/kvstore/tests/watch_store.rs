@@ -1,18 +1,48 @@
-//! The restartable watch store against real etcd servers, mirroring Cilium's own tests.
+//! The restartable watch store against real etcd servers, mirroring Cilium's own tests; the
+//! semantics run on both tables (keys beside values, values that name their keys).
 
 mod common;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use common::*;
 use meshwork_kvstore::{Observer, RawDecoder, StoreStatus, WatchStore, WatchStoreOptions};
 use meshwork_lab::etcd::{EtcdOptions, EtcdServer};
 use tokio::sync::mpsc;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs real etcd: `cargo xtask test` runs it"]
-async fn two_runs_on_different_data_delete_the_stale_key_at_list_done() {
+/// Runs each store test on both tables.
+macro_rules! on_both_tables {
+    ($($test:ident),* $(,)?) => {
+        mod by_key {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                #[ignore = "needs real etcd: `cargo xtask test` runs it"]
+                async fn $test() {
+                    super::$test::<super::TextByKey>().await;
+                }
+            )*
+        }
+        mod by_value {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                #[ignore = "needs real etcd: `cargo xtask test` runs it"]
+                async fn $test() {
+                    super::$test::<super::TextByValue>().await;
+                }
+            )*
+        }
+    };
+}
+
+on_both_tables!(
+    two_runs_on_different_data_delete_the_stale_key_at_list_done,
+    drain_deletes_every_key_and_the_store_restarts,
+    sync_callbacks_run_once_in_order_after_list_done,
+    invalid_entries_are_counted_and_dropped_keeping_the_old_value,
+    compaction_before_the_watch_relists_without_missing_a_delete,
+);
+
+async fn two_runs_on_different_data_delete_the_stale_key_at_list_done<K: Kind>() {
     init_tracing();
     let etcd_a = EtcdServer::start().unwrap();
     let etcd_b = EtcdServer::start().unwrap();
@@ -23,7 +53,7 @@ async fn two_runs_on_different_data_delete_the_stale_key_at_list_done() {
     // A sibling prefix must not leak into the store.
     a.put("foo/barbaz/key9", "sibling").await.unwrap();
 
-    let (store, mut rx) = text_store("qux");
+    let (store, mut rx) = kind_store::<K>("qux");
     let status = store.status();
     assert_eq!(status.entries(), 0);
     assert!(!status.listed());
@@ -59,16 +89,14 @@ async fn two_runs_on_different_data_delete_the_stale_key_at_list_done() {
     assert_drained(&mut rx);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs real etcd: `cargo xtask test` runs it"]
-async fn drain_deletes_every_key_and_the_store_restarts() {
+async fn drain_deletes_every_key_and_the_store_restarts<K: Kind>() {
     init_tracing();
     let etcd = EtcdServer::start().unwrap();
     let backend = connect(&etcd).await;
     backend.put("foo/bar/key1", "value1A").await.unwrap();
     backend.put("foo/bar/key2", "value2A").await.unwrap();
 
-    let (store, mut rx) = text_store("qux");
+    let (store, mut rx) = kind_store::<K>("qux");
     let status = store.status();
     let run = Running::start(store, &backend, "foo/bar");
     assert_eq!(next(&mut rx).await, upsert("key1", "value1A"));
@@ -101,15 +129,13 @@ async fn drain_deletes_every_key_and_the_store_restarts() {
     assert_drained(&mut rx);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs real etcd: `cargo xtask test` runs it"]
-async fn sync_callbacks_run_once_in_order_after_list_done() {
+async fn sync_callbacks_run_once_in_order_after_list_done<K: Kind>() {
     init_tracing();
     let mut etcd = EtcdServer::start().unwrap();
     let backend = connect(&etcd).await;
     backend.put("foo/bar/key1", "value1A").await.unwrap();
 
-    let (mut store, mut rx) = text_store("qux");
+    let (mut store, mut rx) = kind_store::<K>("qux");
     let status = store.status();
     for name in ["1", "2"] {
         let tx = store.observer().tx.clone();
@@ -148,9 +174,7 @@ async fn sync_callbacks_run_once_in_order_after_list_done() {
     assert_drained(&mut rx);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs real etcd: `cargo xtask test` runs it"]
-async fn invalid_entries_are_counted_and_dropped_keeping_the_old_value() {
+async fn invalid_entries_are_counted_and_dropped_keeping_the_old_value<K: Kind>() {
     init_tracing();
     let etcd = EtcdServer::start().unwrap();
     let backend = connect(&etcd).await;
@@ -160,7 +184,7 @@ async fn invalid_entries_are_counted_and_dropped_keeping_the_old_value() {
         .await
         .unwrap();
 
-    let (store, mut rx) = text_store("qux");
+    let (store, mut rx) = kind_store::<K>("qux");
     let status = store.status();
     let run = Running::start(store, &backend, "foo/bar");
     assert_eq!(next(&mut rx).await, upsert("key1", "good"));
@@ -181,7 +205,10 @@ async fn invalid_entries_are_counted_and_dropped_keeping_the_old_value() {
     status_until("sync", &status, StoreStatus::listed).await;
     let store = run.stop().await;
     assert_drained(&mut rx);
-    assert_eq!(store.get("key1").map(|v| v.as_str()), Some("good2"));
+    assert_eq!(
+        store.get("key1").map(|v| v.to_string()).as_deref(),
+        Some("good2")
+    );
     assert_eq!(store.get("key2"), None);
     assert_eq!(status.decode_errors(), 4);
 }
@@ -194,8 +221,8 @@ struct GateRecorder {
     release: std::sync::mpsc::Receiver<()>,
 }
 
-impl Observer<String> for GateRecorder {
-    fn on_upsert(&mut self, key: &str, value: &Arc<String>) {
+impl<V: std::fmt::Display + Send + Sync> Observer<V> for GateRecorder {
+    fn on_upsert(&mut self, key: &str, value: &Arc<V>) {
         self.inner.on_upsert(key, value);
         if key == "zz-gate"
             && let Some(reached) = self.reached.take()
@@ -207,14 +234,12 @@ impl Observer<String> for GateRecorder {
         }
     }
 
-    fn on_delete(&mut self, key: &str, value: &Arc<String>) {
+    fn on_delete(&mut self, key: &str, value: &Arc<V>) {
         self.inner.on_delete(key, value);
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs real etcd: `cargo xtask test` runs it"]
-async fn compaction_before_the_watch_relists_without_missing_a_delete() {
+async fn compaction_before_the_watch_relists_without_missing_a_delete<K: Kind>() {
     init_tracing();
     let etcd = EtcdServer::start().unwrap();
     let backend = connect(&etcd).await;
@@ -230,9 +255,7 @@ async fn compaction_before_the_watch_relists_without_missing_a_delete() {
         reached: Some(reached_tx),
         release: release_rx,
     };
-    let mut options = WatchStoreOptions::new("qux");
-    options.min_retry_delay = Duration::from_millis(20);
-    let mut store = WatchStore::new(TextDecoder, observer, options);
+    let mut store = K::store(observer, fast_retry("qux"));
     store.on_sync(move || {
         let _ = tx.send(Seen::Callback("synced"));
     });

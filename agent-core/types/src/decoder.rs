@@ -26,6 +26,15 @@ pub trait Decoder: Send + Sync + 'static {
     }
 }
 
+/// A decoded value that names the key it was stored under: its decoder accepts it under no
+/// other key. A store can then keep such values without their keys (a million ipcache keys
+/// are a million allocations) and render a key when it needs one.
+pub trait KeyedValue {
+    /// Calls `f` with the value's key, relative to the watched prefix: its UTF-8 text as
+    /// bytes, so that finding a value by key costs no UTF-8 check.
+    fn with_key<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R;
+}
+
 /// Why an entry was rejected. The watch store logs it, counts it and keeps the old value.
 #[derive(Debug, thiserror::Error)]
 pub enum DecodeError {

@@ -16,6 +16,7 @@ use crate::{DecodeError, Decoder};
 use super::cluster_config::DEFAULT_MAX_CONNECTED_CLUSTERS;
 use super::go_json::{GoIp, GoMask, NullIfEmpty, OmitEmpty, Plain, go_struct};
 use super::identity::{MINIMAL_NUMERIC_IDENTITY, identity_range};
+use super::ipcache_key::PrefixKey;
 use super::net::{IpMask, IpPrefix, family_bits};
 
 go_struct! {
@@ -98,53 +99,14 @@ impl fmt::Display for PrefixString<'_> {
     }
 }
 
-/// Whether the pair's `PrefixString()` is exactly `key`. IPv4 (the bulk of a large ipcache) is
-/// formatted by hand into a stack buffer; anything else goes through `Display`.
+/// Whether the pair's `PrefixString()` is exactly `key`, rendered without allocating.
 fn key_matches(pair: &IpIdentityPair, key: &str) -> bool {
-    let Some(IpAddr::V4(v4)) = pair.ip else {
+    let Some(ip) = pair.ip else {
         return renders_as(&PrefixString(pair), key);
     };
-    let mut text = Ipv4KeyBuf::default();
-    for (i, octet) in v4.octets().into_iter().enumerate() {
-        if i > 0 {
-            text.push(b'.');
-        }
-        text.push_decimal(octet);
-    }
-    if let Some(mask) = pair.mask {
-        text.push(b'/');
-        // Masks of other lengths are rejected before this, so at most 32.
-        text.push_decimal(mask.prefix_len().unwrap_or(0).min(32));
-    }
-    key.as_bytes() == text.as_bytes()
-}
-
-/// Room for the longest IPv4 key, `255.255.255.255/32`.
-#[derive(Default)]
-struct Ipv4KeyBuf {
-    buf: [u8; 18],
-    len: usize,
-}
-
-impl Ipv4KeyBuf {
-    fn push(&mut self, byte: u8) {
-        self.buf[self.len] = byte;
-        self.len += 1;
-    }
-
-    fn push_decimal(&mut self, n: u8) {
-        if n >= 100 {
-            self.push(b'0' + n / 100);
-        }
-        if n >= 10 {
-            self.push(b'0' + n / 10 % 10);
-        }
-        self.push(b'0' + n % 10);
-    }
-
-    fn as_bytes(&self) -> &[u8] {
-        &self.buf[..self.len]
-    }
+    // Masks that are not canonical are rejected before this.
+    let mask_len = pair.mask.map(|mask| mask.prefix_len().unwrap_or(0));
+    PrefixKey::new(ip, mask_len).as_bytes() == key.as_bytes()
 }
 
 /// Whether `display` renders exactly as `expected`, without building a string.

@@ -6,14 +6,19 @@
 //! owner `Metadata` string, which only the writer uses.
 
 use std::net::IpAddr;
+use std::string::FromUtf8Error;
 
 use super::go_json::{GoIp, GoMask, NullIfEmpty, OmitEmpty, Plain, go_struct};
 use super::ipcache::{IpCacheDecoder, IpIdentityPair, NamedPort};
+use super::ipcache_key::PrefixKey;
 use super::ipcache_scan::{self, ScannedPair};
 use super::net::{IpMask, IpPrefix};
-use crate::{DecodeError, Decoder};
+use crate::{DecodeError, Decoder, KeyedValue};
 
 /// A validated ipcache entry.
+///
+/// 72 bytes: with the `Arc` header it fits glibc's 96-byte chunk, and a million of them are
+/// most of what a large mesh costs (`the_entry_is_small` holds it there).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IpCacheEntry {
     /// The network the entry covers (a host entry is /32 or /128).
@@ -24,9 +29,18 @@ pub struct IpCacheEntry {
     pub identity: u32,
     /// The encryption key index.
     pub encrypt_key: u8,
+    /// Keyed as a host entry (`<ip>`, no mask) rather than `<ip>/<len>`: `10.0.0.1` and
+    /// `10.0.0.1/32` are two keys with the same prefix.
+    host_key: bool,
     pod: Option<Box<str>>,
-    named_ports: Option<Box<[NamedPort]>>,
+    // Behind one thin pointer: named ports are rare, and a slice pointer would cost every
+    // entry 8 more bytes and a larger allocation.
+    named_ports: Option<Box<NamedPorts>>,
 }
+
+/// The named ports of an entry that has some.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct NamedPorts(Box<[NamedPort]>);
 
 impl IpCacheEntry {
     /// The pod's namespace and name, when the entry is a pod's.
@@ -36,17 +50,18 @@ impl IpCacheEntry {
 
     /// The pod's named ports.
     pub fn named_ports(&self) -> &[NamedPort] {
-        self.named_ports.as_deref().unwrap_or_default()
+        self.named_ports.as_deref().map_or(&[], |ports| &ports.0)
     }
 
     /// The entry's key below the ipcache prefix, Cilium's `PrefixString()`: `<ip>` for a host
-    /// entry, else `<ip>/<len>`.
+    /// entry (no mask), else `<ip>/<len>`.
     pub fn key_name(&self) -> String {
-        if self.prefix.is_host() {
-            self.prefix.addr().to_string()
-        } else {
-            self.prefix.to_string()
-        }
+        self.key().as_str().to_owned()
+    }
+
+    fn key(&self) -> PrefixKey {
+        let mask_len = (!self.host_key).then(|| self.prefix.prefix_len());
+        PrefixKey::new(self.prefix.addr(), mask_len)
     }
 
     /// The compact form of a validated pair (`None` when it has no valid prefix).
@@ -56,23 +71,36 @@ impl IpCacheEntry {
             host_ip: pair.host_ip,
             identity: pair.id,
             encrypt_key: pair.key,
-            pod: pod_name(&pair.k8s_namespace, &pair.k8s_pod_name),
-            named_ports: (!pair.named_ports.is_empty())
-                .then(|| pair.named_ports.into_boxed_slice()),
+            host_key: pair.is_host(),
+            // Strings the JSON reader made are UTF-8 already.
+            pod: pod_name(pair.k8s_namespace.as_bytes(), pair.k8s_pod_name.as_bytes()).ok()?,
+            named_ports: named_ports(pair.named_ports),
         })
     }
 }
 
-/// `namespace/name` in one exact-size allocation; `None` when both are empty.
-fn pod_name(namespace: &str, name: &str) -> Option<Box<str>> {
-    if namespace.is_empty() && name.is_empty() {
-        return None;
+impl KeyedValue for IpCacheEntry {
+    fn with_key<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        f(self.key().as_bytes())
     }
-    let mut pod = String::with_capacity(namespace.len() + 1 + name.len());
-    pod.push_str(namespace);
-    pod.push('/');
-    pod.push_str(name);
-    Some(pod.into_boxed_str())
+}
+
+fn named_ports(ports: Vec<NamedPort>) -> Option<Box<NamedPorts>> {
+    (!ports.is_empty()).then(|| Box::new(NamedPorts(ports.into_boxed_slice())))
+}
+
+/// `namespace/name` in one exact-size allocation; `None` when both are empty. Both parts are
+/// UTF-8 already, so the one check of the joined name cannot fail; it is what makes bytes a
+/// `str` without `unsafe`.
+fn pod_name(namespace: &[u8], name: &[u8]) -> Result<Option<Box<str>>, FromUtf8Error> {
+    if namespace.is_empty() && name.is_empty() {
+        return Ok(None);
+    }
+    let mut pod = Vec::with_capacity(namespace.len() + 1 + name.len());
+    pod.extend_from_slice(namespace);
+    pod.push(b'/');
+    pod.extend_from_slice(name);
+    Ok(Some(String::from_utf8(pod)?.into_boxed_str()))
 }
 
 go_struct! {
@@ -99,7 +127,8 @@ impl IpCacheEntryDecoder {
         &self,
         key: &str,
         fields: ScannedPair<'_>,
-        named_ports: Vec<NamedPort>,
+        pod: Option<Box<str>>,
+        ports: Vec<NamedPort>,
     ) -> Result<IpCacheEntry, DecodeError> {
         // Only the IP, the mask and the ID are validated: no strings are copied for it.
         let pair = IpIdentityPair {
@@ -117,8 +146,9 @@ impl IpCacheEntryDecoder {
             host_ip: fields.host_ip,
             identity: fields.id,
             encrypt_key: fields.key,
-            pod: pod_name(fields.namespace, fields.pod_name),
-            named_ports: (!named_ports.is_empty()).then(|| named_ports.into_boxed_slice()),
+            host_key: fields.mask.is_none(),
+            pod,
+            named_ports: named_ports(ports),
         })
     }
 
@@ -131,10 +161,13 @@ impl IpCacheEntryDecoder {
             host_ip: wire.host_ip,
             id: wire.id,
             key: wire.key,
-            namespace: &wire.k8s_namespace,
-            pod_name: &wire.k8s_pod_name,
+            namespace: wire.k8s_namespace.as_bytes(),
+            pod_name: wire.k8s_pod_name.as_bytes(),
         };
-        self.entry(key, fields, wire.named_ports)
+        // Strings the JSON reader made are UTF-8 already.
+        let pod = pod_name(fields.namespace, fields.pod_name)
+            .map_err(|err| DecodeError::Malformed(err.to_string()))?;
+        self.entry(key, fields, pod, wire.named_ports)
     }
 }
 
@@ -143,10 +176,12 @@ impl Decoder for IpCacheEntryDecoder {
 
     fn decode(&self, key: &str, value: &[u8]) -> Result<IpCacheEntry, DecodeError> {
         // Most values are in the plain form Cilium writes; the rest take the full reader.
-        match ipcache_scan::scan(value) {
-            Some(fields) => self.entry(key, fields, Vec::new()),
-            None => self.decode_full(key, value),
+        if let Some(fields) = ipcache_scan::scan(value)
+            && let Ok(pod) = pod_name(fields.namespace, fields.pod_name)
+        {
+            return self.entry(key, fields, pod, Vec::new());
         }
+        self.decode_full(key, value)
     }
 }
 
@@ -176,12 +211,31 @@ mod tests {
 
     #[test]
     fn the_entry_is_small() {
-        // What a million of them cost, before the key and the map.
+        // What a million of them cost: 72 bytes and the Arc's 16 make glibc's 96-byte chunk;
+        // one byte more and every entry takes the 112-byte one.
         assert!(
-            size_of::<IpCacheEntry>() <= 80,
+            size_of::<IpCacheEntry>() <= 72,
             "{}",
             size_of::<IpCacheEntry>()
         );
+    }
+
+    #[test]
+    fn the_key_keeps_the_form_it_came_in() {
+        let decoder = IpCacheEntryDecoder(IpCacheDecoder::new(None));
+        let host = br#"{"IP":"10.0.0.1","Mask":null,"ID":300}"#;
+        let slash32 = br#"{"IP":"10.0.0.1","Mask":"/////w==","ID":300}"#;
+        let host = decoder.decode("10.0.0.1", host).unwrap();
+        let slash32 = decoder.decode("10.0.0.1/32", slash32).unwrap();
+        assert_eq!(host.prefix, slash32.prefix);
+        assert_eq!(host.key_name(), "10.0.0.1");
+        assert_eq!(slash32.key_name(), "10.0.0.1/32");
+        assert!(host.with_key(|key| key == b"10.0.0.1"));
+        assert!(slash32.with_key(|key| key == b"10.0.0.1/32"));
+        assert_ne!(host, slash32, "two keys, two entries");
+        let v6 = br#"{"IP":"fd00:10::","Mask":"//////////8AAAAAAAAAAA==","ID":300}"#;
+        let v6 = decoder.decode("fd00:10::/64", v6).unwrap();
+        assert!(v6.with_key(|key| key == b"fd00:10::/64"));
     }
 }
 

@@ -24,6 +24,7 @@ pub mod go_json;
 mod identity;
 mod ipcache;
 mod ipcache_entry;
+mod ipcache_key;
 mod ipcache_scan;
 pub mod keys;
 mod kinds;
@@ -38,7 +39,7 @@ pub use cluster_config::{
     ClusterConfigError, DEFAULT_MAX_CONNECTED_CLUSTERS, EXTENDED_MAX_CONNECTED_CLUSTERS,
     validate_cluster_id, validate_cluster_name, validate_max_connected_clusters,
 };
-pub use decoder::{DecodeError, Decoder, RawDecoder};
+pub use decoder::{DecodeError, Decoder, KeyedValue, RawDecoder};
 pub use events::{Change, RemoteEvent};
 pub use identity::{
     Identity, IdentityDecoder, MINIMAL_NUMERIC_IDENTITY, cluster_id_shift, identity_range,

@@ -6,12 +6,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 
 use futures::FutureExt;
+use meshwork_kvstore::store_table::{ByValue, StoreTable};
 use meshwork_kvstore::{
     Decoder, EtcdBackend, KvstoreMetrics, Observer, StoreStatus, WatchStore, WatchStoreManager,
     WatchStoreOptions,
 };
 use meshwork_types::{
-    IdentityDecoder, IpCacheDecoder, IpCacheEntryDecoder, NodeDecoder, ServiceDecoder,
+    IdentityDecoder, IpCacheDecoder, IpCacheEntry, IpCacheEntryDecoder, NodeDecoder, ServiceDecoder,
 };
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
@@ -26,6 +27,7 @@ use crate::events::{
 use crate::status::{EntryCounts, ListedFlags};
 
 type Shared<T> = Arc<Mutex<T>>;
+type IpCacheStore = WatchStore<IpCacheEntryDecoder, Forwarder<IpCacheRoute>, ByValue<IpCacheEntry>>;
 
 /// Identity store generations, unique in the process: a cluster's next incarnation, or its
 /// stores after an ID change, never reuse one of its earlier connections' numbers.
@@ -40,7 +42,8 @@ pub struct ClusterStores {
     sinks: Sinks,
     nodes: Shared<WatchStore<NodeDecoder, Forwarder<NodeRoute>>>,
     services: Shared<WatchStore<ServiceDecoder, Forwarder<ServiceRoute>>>,
-    ipcache: Shared<WatchStore<IpCacheEntryDecoder, Forwarder<IpCacheRoute>>>,
+    // Entries without their keys: the bulk of a mesh (see `ByValue`).
+    ipcache: Shared<IpCacheStore>,
     statuses: Arc<StoreStatuses>,
 }
 
@@ -136,7 +139,7 @@ impl StoreSet for ClusterStores {
             Forwarder::new(cluster.clone(), sinks.clone(), ServiceRoute::default()),
             options(),
         );
-        let ipcache = WatchStore::new(
+        let ipcache = WatchStore::keyed_by_value(
             IpCacheEntryDecoder(
                 IpCacheDecoder::new(id).with_max_connected_clusters(max_connected_clusters),
             ),
@@ -242,14 +245,15 @@ impl ClusterStores {
 
 /// Registers `store` with `manager`, to watch `prefix.watch` through `backend` once the
 /// canary `prefix.canary` is there (or at once, as the manager decides).
-pub fn register_store<D, O>(
+pub fn register_store<D, O, T>(
     manager: &mut WatchStoreManager,
     backend: &EtcdBackend,
     prefix: &StorePrefix,
-    store: &Shared<WatchStore<D, O>>,
+    store: &Shared<WatchStore<D, O, T>>,
 ) where
     D: Decoder,
     O: Observer<D::Value> + 'static,
+    T: StoreTable<D::Value> + 'static,
 {
     let store = Arc::clone(store);
     let backend = backend.clone();

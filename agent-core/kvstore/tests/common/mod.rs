@@ -2,14 +2,17 @@
 
 #![allow(dead_code, missing_docs)]
 
+use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use meshwork_kvstore::store_table::{ByKey, ByValue, StoreTable};
 use meshwork_kvstore::{
     DecodeError, Decoder, EtcdBackend, EtcdConfig, Observer, StoreStatus, WatchStore,
     WatchStoreOptions,
 };
 use meshwork_lab::etcd::EtcdServer;
+use meshwork_types::KeyedValue;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -68,43 +71,131 @@ impl Decoder for TextDecoder {
     }
 }
 
+/// Text that names the key it was read under, for stores that keep values by their key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyedText {
+    key: String,
+    text: String,
+}
+
+impl KeyedValue for KeyedText {
+    fn with_key<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        f(self.key.as_bytes())
+    }
+}
+
+impl fmt::Display for KeyedText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// [`TextDecoder`], keeping the key in the value.
+#[derive(Debug, Clone, Copy)]
+pub struct KeyedTextDecoder;
+
+impl Decoder for KeyedTextDecoder {
+    type Value = KeyedText;
+
+    fn decode(&self, key: &str, value: &[u8]) -> Result<KeyedText, DecodeError> {
+        Ok(KeyedText {
+            key: key.to_owned(),
+            text: TextDecoder.decode(key, value)?,
+        })
+    }
+}
+
 /// Forwards every event into a channel.
 pub struct Recorder {
     pub tx: mpsc::UnboundedSender<Seen>,
 }
 
-impl Observer<String> for Recorder {
-    fn on_upsert(&mut self, key: &str, value: &Arc<String>) {
+impl<V: fmt::Display + Send + Sync> Observer<V> for Recorder {
+    fn on_upsert(&mut self, key: &str, value: &Arc<V>) {
         let _ = self
             .tx
             .send(Seen::Upsert(key.to_owned(), value.to_string()));
     }
 
-    fn on_delete(&mut self, key: &str, value: &Arc<String>) {
+    fn on_delete(&mut self, key: &str, value: &Arc<V>) {
         let _ = self
             .tx
             .send(Seen::Delete(key.to_owned(), value.to_string()));
     }
 }
 
-pub type TextStore = WatchStore<TextDecoder, Recorder>;
+/// Which table a text store keeps its entries in: the store tests run on both.
+pub trait Kind: 'static {
+    type Decoder: Decoder<Value: fmt::Display>;
+    type Table: StoreTable<<Self::Decoder as Decoder>::Value> + 'static;
 
-pub fn text_store(source: &str) -> (TextStore, mpsc::UnboundedReceiver<Seen>) {
-    let (tx, rx) = mpsc::unbounded_channel();
+    fn store<O: Observer<<Self::Decoder as Decoder>::Value>>(
+        observer: O,
+        options: WatchStoreOptions,
+    ) -> WatchStore<Self::Decoder, O, Self::Table>;
+}
+
+/// Keys beside values ([`WatchStore::new`]).
+pub struct TextByKey;
+
+impl Kind for TextByKey {
+    type Decoder = TextDecoder;
+    type Table = ByKey<String>;
+
+    fn store<O: Observer<String>>(observer: O, options: WatchStoreOptions) -> TextStore<O> {
+        WatchStore::new(TextDecoder, observer, options)
+    }
+}
+
+/// Values that name their keys ([`WatchStore::keyed_by_value`]).
+pub struct TextByValue;
+
+impl Kind for TextByValue {
+    type Decoder = KeyedTextDecoder;
+    type Table = ByValue<KeyedText>;
+
+    fn store<O: Observer<KeyedText>>(
+        observer: O,
+        options: WatchStoreOptions,
+    ) -> WatchStore<KeyedTextDecoder, O, ByValue<KeyedText>> {
+        WatchStore::keyed_by_value(KeyedTextDecoder, observer, options)
+    }
+}
+
+pub type TextStore<O = Recorder> = WatchStore<TextDecoder, O>;
+pub type KindStore<K, O = Recorder> = WatchStore<<K as Kind>::Decoder, O, <K as Kind>::Table>;
+
+/// Retries quickly, so tests that break etcd do not wait.
+pub fn fast_retry(source: &str) -> WatchStoreOptions {
     let mut options = WatchStoreOptions::new(source);
     options.min_retry_delay = Duration::from_millis(20);
     options.max_retry_delay = Duration::from_millis(200);
-    (WatchStore::new(TextDecoder, Recorder { tx }, options), rx)
+    options
+}
+
+pub fn text_store(source: &str) -> (TextStore, mpsc::UnboundedReceiver<Seen>) {
+    kind_store::<TextByKey>(source)
+}
+
+/// A store of kind `K` whose events go into the returned channel.
+pub fn kind_store<K: Kind>(source: &str) -> (KindStore<K>, mpsc::UnboundedReceiver<Seen>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    (K::store(Recorder { tx }, fast_retry(source)), rx)
 }
 
 /// A store watching in a task; `stop` cancels it and hands the store back.
-pub struct Running<D: Decoder, O: Observer<D::Value> + 'static> {
+pub struct Running<D: Decoder, O: Observer<D::Value> + 'static, T = ByKey<<D as Decoder>::Value>> {
     cancel: CancellationToken,
-    task: JoinHandle<WatchStore<D, O>>,
+    task: JoinHandle<WatchStore<D, O, T>>,
 }
 
-impl<D: Decoder, O: Observer<D::Value> + 'static> Running<D, O> {
-    pub fn start(mut store: WatchStore<D, O>, backend: &EtcdBackend, prefix: &str) -> Self {
+impl<D, O, T> Running<D, O, T>
+where
+    D: Decoder,
+    O: Observer<D::Value> + 'static,
+    T: StoreTable<D::Value> + 'static,
+{
+    pub fn start(mut store: WatchStore<D, O, T>, backend: &EtcdBackend, prefix: &str) -> Self {
         let cancel = CancellationToken::new();
         let token = cancel.clone();
         let backend = backend.clone();
@@ -116,7 +207,7 @@ impl<D: Decoder, O: Observer<D::Value> + 'static> Running<D, O> {
         Self { cancel, task }
     }
 
-    pub async fn stop(self) -> WatchStore<D, O> {
+    pub async fn stop(self) -> WatchStore<D, O, T> {
         self.cancel.cancel();
         tokio::time::timeout(EVENT_TIMEOUT, self.task)
             .await

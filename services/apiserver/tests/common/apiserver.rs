@@ -7,15 +7,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use meshwork_lab::process::LabProcess;
-use meshwork_lab::wait::{free_port, Wait};
+use meshwork_lab::wait::{Wait, free_port};
 use meshwork_proto::apiserver::v1 as pb;
 use meshwork_proto::apiserver::v1::export_client::ExportClient;
 use pb::publish_request::Request as Publish;
 use pb::publish_response::Response as Answer;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::Channel;
 use tonic::Streaming;
+use tonic::transport::Channel;
 
 pub const DEADLINE: Duration = Duration::from_secs(30);
 pub const NODE_GC_GRACE: Duration = Duration::from_secs(3);

@@ -1,0 +1,454 @@
+//! The profiling harness of `cargo xtask bench sync`: the same remote clusters, with each
+//! side of the benchmark runnable alone, so a profiler (callgrind, perf, heaptrack) sees one
+//! thing at a time and load-independent figures (instructions, allocations, bytes) can be
+//! taken on a busy machine.
+//!
+//! ```sh
+//! cargo build --release -p meshwork-scenarios -p meshwork-agent -p meshctl \
+//!     -p meshwork-apiserver --example sync_profile      # the bench's package set
+//! H=target/release/examples/sync_profile
+//! $H serve --dir /tmp/sync &            # 4 etcds loaded as bench sync loads them; ^C stops
+//! $H raw --dir /tmp/sync                # the floor: every key read raw
+//! $H store --dir /tmp/sync              # the agent's ipcache path in process: allocations
+//!                                       # and heap bytes per entry
+//! $H agent --dir /tmp/sync --bin target/release/meshwork-agent   # start → IPIdentitiesSynced
+//! valgrind --tool=callgrind $H store --dir /tmp/sync   # instructions per entry
+//! ```
+//!
+//! `--bin` may be a wrapper script that `exec`s a profiler on the agent.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use actix::{Actor, Context, Handler};
+use anyhow::{Context as _, bail};
+use clap::{Parser, Subcommand};
+use meshwork_clustermesh::barrier_actor::BarrierUpdate;
+use meshwork_clustermesh::events::{
+    ClusterRef, Forwarder, IdentityEvents, IpCacheRoute, RemoteEvents, Sinks,
+};
+use meshwork_kvstore::{EtcdBackend, EtcdConfig, WatchStore, WatchStoreOptions, keys};
+use meshwork_lab::agent::{AgentOptions, AgentProcess, write_cluster_config};
+use meshwork_lab::cilium::{Cluster, Sizes};
+use meshwork_lab::etcd::{EtcdOptions, EtcdServer};
+use meshwork_proto::agent::v1::{SyncKind, WaitSyncedRequest, agent_client::AgentClient};
+use meshwork_types::{IpCacheDecoder, IpCacheEntryDecoder, RemoteEvent};
+use tokio_util::sync::CancellationToken;
+
+/// Counts every allocation and the bytes live, to report both per synced entry.
+struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+static LIVE_BYTES: AtomicI64 = AtomicI64::new(0);
+
+// SAFETY: every call is forwarded unchanged to the system allocator, whose contract the
+// caller already meets; the counters are plain atomics and never allocate.
+#[allow(unsafe_code)]
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        LIVE_BYTES.fetch_add(layout.size() as i64, Ordering::Relaxed);
+        // SAFETY: the caller's layout, as `GlobalAlloc::alloc` requires.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE_BYTES.fetch_sub(layout.size() as i64, Ordering::Relaxed);
+        // SAFETY: `ptr` came from this allocator (so from `System`) with `layout`.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        LIVE_BYTES.fetch_add(new_size as i64 - layout.size() as i64, Ordering::Relaxed);
+        // SAFETY: forwarded as received; `ptr` came from `System` with `layout`.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+#[derive(Parser)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Starts and loads the remote etcds, writes `<dir>/clustermesh`, and runs until ^C.
+    Serve {
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long, default_value_t = 4)]
+        clusters: u32,
+        #[arg(long, default_value_t = 50_000)]
+        ipcache: u32,
+        #[arg(long, default_value_t = 10_000)]
+        identities: u32,
+        #[arg(long, default_value_t = 1_000)]
+        nodes: u32,
+        #[arg(long, default_value_t = 500)]
+        services: u32,
+    },
+    /// Reads every key the agent reads, raw, as the bench's floor does.
+    Raw {
+        #[arg(long)]
+        dir: PathBuf,
+    },
+    /// Every cluster's ipcache through the agent's store and forwarder, in process.
+    Store {
+        #[arg(long)]
+        dir: PathBuf,
+    },
+    /// A real agent process from start to `IPIdentitiesSynced`.
+    Agent {
+        #[arg(long)]
+        dir: PathBuf,
+        /// The agent binary, or a wrapper that execs one under a profiler.
+        #[arg(long)]
+        bin: PathBuf,
+        /// The wrapper runs callgrind: dump its counts once synced (`callgrind_control -d`),
+        /// so the first dump is the sync alone, without the shutdown.
+        #[arg(long)]
+        callgrind_dump: bool,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Command::Serve {
+            dir,
+            clusters,
+            ipcache,
+            identities,
+            nodes,
+            services,
+        } => {
+            let sizes = Sizes {
+                nodes,
+                services,
+                identities,
+                ipcache,
+            };
+            runtime()?.block_on(serve(&dir, clusters, sizes))
+        }
+        Command::Raw { dir } => runtime()?.block_on(raw(&dir)),
+        Command::Agent {
+            dir,
+            bin,
+            callgrind_dump,
+        } => runtime()?.block_on(agent(&dir, &bin, callgrind_dump)),
+        Command::Store { dir } => actix::System::new().block_on(store(&dir)),
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}
+
+/// The remote clusters in `<dir>/clustermesh`: (name, etcd endpoint).
+fn clusters_of(dir: &Path) -> anyhow::Result<Vec<(String, String)>> {
+    let mut clusters = Vec::new();
+    for file in std::fs::read_dir(dir.join("clustermesh"))? {
+        let file = file?;
+        let text = std::fs::read_to_string(file.path())?;
+        let endpoint = text
+            .lines()
+            .find_map(|line| line.trim().strip_prefix("- "))
+            .context("no endpoint")?;
+        let name = file.file_name().to_string_lossy().into_owned();
+        clusters.push((name, endpoint.to_owned()));
+    }
+    clusters.sort();
+    Ok(clusters)
+}
+
+async fn connect(endpoint: &str) -> anyhow::Result<EtcdBackend> {
+    Ok(EtcdBackend::connect(&EtcdConfig::new([endpoint]), Duration::from_secs(10)).await?)
+}
+
+async fn serve(dir: &Path, count: u32, sizes: Sizes) -> anyhow::Result<()> {
+    let mut servers = Vec::new();
+    let config = dir.join("clustermesh");
+    std::fs::create_dir_all(&config)?;
+    for id in 1..=count {
+        let cluster = Cluster {
+            name: format!("cluster-{id}"),
+            id,
+            sizes,
+        };
+        // As bench sync starts its etcds.
+        let server = EtcdServer::start_with(EtcdOptions {
+            max_txn_ops: Some(10_000),
+            data_in_memory: true,
+            max_procs: Some(1),
+            name: Some(cluster.name.clone()),
+            ..EtcdOptions::default()
+        })?;
+        let backend = connect(&server.endpoint()).await?;
+        let (key, value) = cluster.config();
+        backend.put(&key, value).await?;
+        backend.put_many(cluster.state(), 1000).await?;
+        backend.put_many(cluster.canaries(), 1000).await?;
+        write_cluster_config(&config, &cluster.name, &server.endpoint())?;
+        println!("loaded {}", cluster.name);
+        servers.push(server);
+    }
+    println!("ready: {}", config.display());
+    tokio::signal::ctrl_c().await?;
+    Ok(())
+}
+
+/// The prefixes the agent reads of `cluster`.
+fn prefixes(cluster: &str) -> [String; 4] {
+    [
+        format!("{}/{cluster}/", keys::NODES_PREFIX),
+        format!("{}/{cluster}/", keys::SERVICES_PREFIX),
+        format!("{}/", keys::IDENTITY_ID_PREFIX),
+        format!("{}/", keys::IPCACHE_DEFAULT_PREFIX),
+    ]
+}
+
+async fn raw(dir: &Path) -> anyhow::Result<()> {
+    let mut tasks = Vec::new();
+    let mut backends = Vec::new();
+    for (name, endpoint) in clusters_of(dir)? {
+        let backend = connect(&endpoint).await?;
+        for prefix in prefixes(&name) {
+            backends.push((backend.clone(), prefix));
+        }
+    }
+    let (allocations, cpu) = (ALLOCATIONS.load(Ordering::Relaxed), cpu_ms());
+    let started = Instant::now();
+    for (backend, prefix) in backends {
+        tasks.push(tokio::spawn(
+            async move { read_prefix(&backend, &prefix).await },
+        ));
+    }
+    let mut keys = 0;
+    for task in tasks {
+        keys += task.await??;
+    }
+    report(
+        "raw",
+        keys,
+        started.elapsed(),
+        cpu_ms() - cpu,
+        ALLOCATIONS.load(Ordering::Relaxed) - allocations,
+    );
+    Ok(())
+}
+
+/// Pages through `prefix` at one revision, as the watch store's list does.
+async fn read_prefix(backend: &EtcdBackend, prefix: &str) -> anyhow::Result<u64> {
+    let mut from = prefix.as_bytes().to_vec();
+    let (mut revision, mut count) = (0, 0);
+    loop {
+        let (page, more) = backend
+            .list_page(
+                prefix,
+                &from,
+                revision,
+                meshwork_kvstore::etcd::DEFAULT_PAGE_SIZE,
+            )
+            .await?;
+        revision = page.revision;
+        count += page.kvs.len() as u64;
+        match page.kvs.last() {
+            Some(last) if more => {
+                from = last.key().to_vec();
+                from.push(0);
+            }
+            _ => return Ok(count),
+        }
+    }
+}
+
+/// Drops what it is sent, counting the ipcache entries.
+struct Sink {
+    entries: Arc<AtomicU64>,
+}
+
+impl Actor for Sink {
+    type Context = Context<Self>;
+}
+
+impl Handler<RemoteEvents> for Sink {
+    type Result = ();
+
+    fn handle(&mut self, batch: RemoteEvents, _: &mut Context<Self>) {
+        let entries = batch
+            .events
+            .iter()
+            .filter(|event| matches!(event, RemoteEvent::IpCache { .. }))
+            .count();
+        self.entries.fetch_add(entries as u64, Ordering::Relaxed);
+    }
+}
+
+impl Handler<BarrierUpdate> for Sink {
+    type Result = ();
+
+    fn handle(&mut self, _: BarrierUpdate, _: &mut Context<Self>) {}
+}
+
+impl Handler<IdentityEvents> for Sink {
+    type Result = ();
+
+    fn handle(&mut self, _: IdentityEvents, _: &mut Context<Self>) {}
+}
+
+async fn store(dir: &Path) -> anyhow::Result<()> {
+    let clusters = clusters_of(dir)?;
+    let mut backends = Vec::new();
+    for (name, endpoint) in &clusters {
+        backends.push((name.clone(), connect(endpoint).await?));
+    }
+    let entries = Arc::new(AtomicU64::new(0));
+    let sink = Sink {
+        entries: Arc::clone(&entries),
+    }
+    .start();
+    let sinks = Sinks {
+        barrier: sink.clone().recipient(),
+        consumers: vec![sink.clone().recipient()],
+        identities: sink.clone().recipient(),
+    };
+    let (rss, live, allocations, cpu) = (
+        rss_kib(),
+        LIVE_BYTES.load(Ordering::Relaxed),
+        ALLOCATIONS.load(Ordering::Relaxed),
+        cpu_ms(),
+    );
+    let started = Instant::now();
+    let mut runs = Vec::new();
+    for (id, (name, backend)) in (1..).zip(backends) {
+        let cluster = ClusterRef::new(name.as_str(), 1);
+        let forwarder = Forwarder::new(cluster, sinks.clone(), IpCacheRoute);
+        let decoder = IpCacheEntryDecoder(IpCacheDecoder::new(Some(id)));
+        let mut store = WatchStore::new(decoder, forwarder, WatchStoreOptions::new(name));
+        let cancel = CancellationToken::new();
+        let listed = cancel.clone();
+        // Stop at the end of the first list: the store is then what the agent holds.
+        store.on_sync(move || listed.cancel());
+        runs.push(actix::spawn(async move {
+            let prefix = format!("{}/", keys::IPCACHE_DEFAULT_PREFIX);
+            store.watch(&backend, &prefix, &cancel).await;
+            store
+        }));
+    }
+    let mut stores = Vec::new();
+    for run in runs {
+        stores.push(run.await?);
+    }
+    let elapsed = started.elapsed();
+    let held: usize = stores.iter().map(WatchStore::len).sum();
+    // Let the sink handle every batch sent.
+    while entries.load(Ordering::Relaxed) < held as u64 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    report(
+        "store",
+        held as u64,
+        elapsed,
+        cpu_ms() - cpu,
+        ALLOCATIONS.load(Ordering::Relaxed) - allocations,
+    );
+    let per_entry = |bytes: i64| bytes as f64 / held.max(1) as f64;
+    println!(
+        "  held: {held} entries, heap {:.1} bytes/entry (requested), rss {:.1} bytes/entry",
+        per_entry(LIVE_BYTES.load(Ordering::Relaxed) - live),
+        per_entry((rss_kib() - rss) * 1024),
+    );
+    if held == 0 {
+        bail!("no entries");
+    }
+    drop(stores);
+    Ok(())
+}
+
+async fn agent(dir: &Path, bin: &Path, callgrind_dump: bool) -> anyhow::Result<()> {
+    let state = tempfile::tempdir()?;
+    let options = AgentOptions::new(bin, "bench-local", 200, &state.path().join("state"))
+        .clustermesh_config(&dir.join("clustermesh"))
+        .flags(["--clustermesh-sync-timeout", "10m"])
+        .env("RUST_LOG", "warn");
+    let started = Instant::now();
+    let mut process = AgentProcess::start(&options)?;
+    let channel = meshwork_proto::connect_unix(process.socket()).await?;
+    let response = AgentClient::new(channel)
+        .wait_synced(WaitSyncedRequest {
+            kinds: vec![SyncKind::IpIdentities as i32],
+            timeout_ms: 3_600_000,
+        })
+        .await?
+        .into_inner();
+    let elapsed = started.elapsed();
+    if response.breaker_fired {
+        bail!("the agent did not sync");
+    }
+    if callgrind_dump {
+        std::process::Command::new("callgrind_control")
+            .args(["-d", &process.pid().to_string()])
+            .status()?;
+    }
+    let status = std::fs::read_to_string(format!("/proc/{}/status", process.pid()))?;
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", process.pid()))?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|v| v.trim().to_owned())
+            .unwrap_or_default()
+    };
+    println!(
+        "agent: {:.1} ms to IPIdentitiesSynced, cpu {} ms, VmHWM {}, VmRSS {}",
+        elapsed.as_secs_f64() * 1000.0,
+        ticks_ms(&stat),
+        field("VmHWM:"),
+        field("VmRSS:"),
+    );
+    process.stop(Duration::from_secs(120));
+    Ok(())
+}
+
+fn report(what: &str, keys: u64, elapsed: Duration, cpu_ms: u64, allocations: u64) {
+    println!(
+        "{what}: {keys} keys in {:.1} ms, cpu {cpu_ms} ms, {:.2} allocations/key",
+        elapsed.as_secs_f64() * 1000.0,
+        allocations as f64 / keys.max(1) as f64
+    );
+}
+
+/// CPU time of this process in ms (user + system).
+fn cpu_ms() -> u64 {
+    std::fs::read_to_string("/proc/self/stat").map_or(0, |stat| ticks_ms(&stat))
+}
+
+fn ticks_ms(stat: &str) -> u64 {
+    let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    [11, 12]
+        .iter()
+        .filter_map(|&i| fields.get(i)?.parse::<u64>().ok())
+        .sum::<u64>()
+        * 10
+}
+
+fn rss_kib() -> i64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
