@@ -2,9 +2,10 @@
 //! machine: the actor feeds it events and flushes it after each batch.
 
 use std::collections::HashMap;
-use std::collections::hash_map::Entry;
 use std::net::IpAddr;
 use std::sync::Arc;
+
+use hashbrown::hash_map::Entry;
 
 use super::bpf_sys::BatchError;
 use super::ipcache_map::{self, EntryError, IpCacheKey, IpCacheValue};
@@ -36,14 +37,34 @@ pub struct WriterStats {
     pub deleted: u64,
 }
 
+// foldhash, not SipHash: hashing showed as a fifth of the writer's own time in profiles of
+// large lists (`bench datapath`); it is seeded per table, so keys a remote picks still cannot
+// be aimed at one bucket.
+type FastMap<K, V> = hashbrown::HashMap<K, V, foldhash::fast::RandomState>;
+
+/// An [`Owner`] as the desired table holds it: a cluster by its index in the writer's
+/// `clusters`. Storing a cluster's name instead took a locked reference-count increment per
+/// entry, which waited for the table's cache misses: an eighth of the writer's time on a
+/// large list (`bench datapath`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OwnerSlot {
+    Endpoint(u64),
+    Cluster(u32),
+}
+
 /// Desired ipcache content and the writes not yet flushed.
 pub struct IpCacheWriter {
     local_node: Option<IpAddr>,
-    desired: HashMap<IpCacheKey, (Owner, IpCacheValue)>,
+    desired: FastMap<IpCacheKey, (OwnerSlot, IpCacheValue)>,
+    /// Every cluster that has owned an entry, indexed by [`OwnerSlot::Cluster`]; never
+    /// shrinks (a cluster's name costs a few bytes).
+    clusters: Vec<Arc<str>>,
     /// Keys each local endpoint has set (a superset: a key another owner took since is
     /// skipped on removal), so replacing an endpoint does not walk every remote entry.
-    endpoint_keys: HashMap<u64, Vec<IpCacheKey>>,
-    pending: HashMap<IpCacheKey, Option<IpCacheValue>>,
+    endpoint_keys: FastMap<u64, Vec<IpCacheKey>>,
+    /// Writes not yet flushed, in the order they were made (`None`: a delete). Replayed in
+    /// that order, so a key written twice ends as it was last written without a lookup.
+    pending: Vec<(IpCacheKey, Option<IpCacheValue>)>,
     batch_supported: bool,
     stats: WriterStats,
 }
@@ -53,21 +74,70 @@ impl IpCacheWriter {
     pub fn new(local_node: Option<IpAddr>) -> Self {
         Self {
             local_node,
-            desired: HashMap::new(),
-            endpoint_keys: HashMap::new(),
-            pending: HashMap::new(),
+            desired: FastMap::default(),
+            clusters: Vec::new(),
+            endpoint_keys: FastMap::default(),
+            pending: Vec::new(),
             batch_supported: true,
             stats: WriterStats::default(),
         }
     }
 
     /// Upserts `entry` for `owner`; a rejected entry is counted and never written.
-    pub fn upsert(&mut self, owner: Owner, entry: &IpCacheEntry) -> Result<(), EntryError> {
-        let (key, value) = ipcache_map::encode(entry, self.local_node).inspect_err(|err| {
-            *self.stats.rejected.entry(err.reason()).or_default() += 1;
-        })?;
-        self.set(owner, key, value);
+    pub fn upsert(&mut self, owner: &Owner, entry: &IpCacheEntry) -> Result<(), EntryError> {
+        let (key, value) = self.encode(entry)?;
+        let slot = self.intern(owner);
+        self.set_slot(slot, key, value);
         Ok(())
+    }
+
+    /// The entry's key and value; a rejection is counted.
+    fn encode(&mut self, entry: &IpCacheEntry) -> Result<(IpCacheKey, IpCacheValue), EntryError> {
+        ipcache_map::encode(entry, self.local_node).inspect_err(|err| {
+            *self.stats.rejected.entry(err.reason()).or_default() += 1;
+        })
+    }
+
+    fn intern_cluster(&mut self, name: &Arc<str>) -> OwnerSlot {
+        let index = self.cluster_index(name).unwrap_or_else(|| {
+            self.clusters.push(Arc::clone(name));
+            self.clusters.len() - 1
+        });
+        OwnerSlot::Cluster(index as u32)
+    }
+
+    /// The slot of `owner`, added if it is a cluster not seen before.
+    fn intern(&mut self, owner: &Owner) -> OwnerSlot {
+        match owner {
+            Owner::Endpoint(id) => OwnerSlot::Endpoint(*id),
+            Owner::Cluster(name) => self.intern_cluster(name),
+        }
+    }
+
+    /// The slot of `owner` if it may own entries.
+    fn slot(&self, owner: &Owner) -> Option<OwnerSlot> {
+        match owner {
+            Owner::Endpoint(id) => Some(OwnerSlot::Endpoint(*id)),
+            Owner::Cluster(name) => self
+                .cluster_index(name)
+                .map(|index| OwnerSlot::Cluster(index as u32)),
+        }
+    }
+
+    // Few clusters (at most 511), and the same `Arc` arrives batch after batch: the pointer
+    // comparison answers first.
+    fn cluster_index(&self, name: &Arc<str>) -> Option<usize> {
+        self.clusters
+            .iter()
+            .position(|known| Arc::ptr_eq(known, name))
+            .or_else(|| self.clusters.iter().position(|known| known == name))
+    }
+
+    fn owner_of(&self, slot: OwnerSlot) -> Owner {
+        match slot {
+            OwnerSlot::Endpoint(id) => Owner::Endpoint(id),
+            OwnerSlot::Cluster(index) => Owner::Cluster(Arc::clone(&self.clusters[index as usize])),
+        }
     }
 
     /// Applies one remote cluster's change; a rejected upsert is counted and never written.
@@ -76,11 +146,20 @@ impl IpCacheWriter {
         cluster: &Arc<str>,
         change: &Change<IpCacheEntry>,
     ) -> Result<(), EntryError> {
-        let owner = Owner::Cluster(cluster.clone());
         match change {
-            Change::Upsert(entry) => self.upsert(owner, entry),
+            Change::Upsert(entry) => {
+                let (key, value) = self.encode(entry)?;
+                let owner = self.intern_cluster(cluster);
+                self.set_slot(owner, key, value);
+                Ok(())
+            }
             Change::Delete(entry) => {
-                self.delete(&owner, entry);
+                if let Some(index) = self.cluster_index(cluster)
+                    && let Ok(key) =
+                        IpCacheKey::new(entry.prefix.addr(), entry.prefix.prefix_len(), 0)
+                {
+                    self.remove_slot_key(OwnerSlot::Cluster(index as u32), key);
+                }
                 Ok(())
             }
         }
@@ -96,7 +175,7 @@ impl IpCacheWriter {
             let len = if ip.is_ipv4() { 32 } else { 128 };
             match IpCacheKey::new(ip, len, 0) {
                 Ok(key) if identity != 0 => {
-                    self.set(owner.clone(), key, IpCacheValue::new(identity, None, 0));
+                    self.set(&owner, key, IpCacheValue::new(identity, None, 0));
                 }
                 _ => refused.push(ip),
             }
@@ -104,22 +183,43 @@ impl IpCacheWriter {
         refused
     }
 
+    /// Makes room for `additional` more entries (a batch about to be applied), so a large
+    /// list grows the tables once per batch rather than rehashing inside it.
+    pub fn reserve(&mut self, additional: usize) {
+        self.desired.reserve(additional);
+        self.pending.reserve(additional);
+    }
+
     /// Upserts an already encoded entry.
-    pub fn set(&mut self, owner: Owner, key: IpCacheKey, value: IpCacheValue) {
-        let unchanged = self
-            .desired
-            .get(&key)
-            .is_some_and(|(o, v)| *o == owner && *v == value);
-        if !unchanged {
-            if let Owner::Endpoint(id) = owner {
-                let keys = self.endpoint_keys.entry(id).or_default();
-                if !keys.contains(&key) {
-                    keys.push(key);
+    pub fn set(&mut self, owner: &Owner, key: IpCacheKey, value: IpCacheValue) {
+        let slot = self.intern(owner);
+        self.set_slot(slot, key, value);
+    }
+
+    fn set_slot(&mut self, owner: OwnerSlot, key: IpCacheKey, value: IpCacheValue) {
+        let endpoint = match owner {
+            OwnerSlot::Endpoint(id) => Some(id),
+            OwnerSlot::Cluster(_) => None,
+        };
+        // One probe: the entry is compared and replaced in place.
+        match self.desired.entry(key) {
+            Entry::Occupied(mut current) => {
+                if current.get().0 == owner && current.get().1 == value {
+                    return;
                 }
+                current.insert((owner, value));
             }
-            self.desired.insert(key, (owner, value));
-            self.pending.insert(key, Some(value));
+            Entry::Vacant(slot) => {
+                slot.insert((owner, value));
+            }
         }
+        if let Some(id) = endpoint {
+            let keys = self.endpoint_keys.entry(id).or_default();
+            if !keys.contains(&key) {
+                keys.push(key);
+            }
+        }
+        self.pending.push((key, Some(value)));
     }
 
     /// Deletes the entry of `prefix` if `owner` put it there.
@@ -132,62 +232,90 @@ impl IpCacheWriter {
 
     /// Deletes `key` if `owner` put it there.
     pub fn remove_key(&mut self, owner: &Owner, key: IpCacheKey) {
+        if let Some(owner) = self.slot(owner) {
+            self.remove_slot_key(owner, key);
+        }
+    }
+
+    fn remove_slot_key(&mut self, owner: OwnerSlot, key: IpCacheKey) {
         if let Entry::Occupied(current) = self.desired.entry(key)
-            && current.get().0 == *owner
+            && current.get().0 == owner
         {
             current.remove();
-            self.pending.insert(key, None);
+            self.pending.push((key, None));
         }
     }
 
     /// Deletes everything `owner` contributed (a removed cluster, a deleted endpoint). An
     /// endpoint's keys come from its index; a cluster (removed rarely) takes a walk.
     pub fn remove_owner(&mut self, owner: &Owner) {
+        let Some(owner) = self.slot(owner) else {
+            return;
+        };
         let keys: Vec<_> = match owner {
-            Owner::Endpoint(id) => self.endpoint_keys.remove(id).unwrap_or_default(),
-            Owner::Cluster(_) => self
+            OwnerSlot::Endpoint(id) => self.endpoint_keys.remove(&id).unwrap_or_default(),
+            OwnerSlot::Cluster(_) => self
                 .desired
                 .iter()
-                .filter(|(_, (o, _))| o == owner)
+                .filter(|(_, (o, _))| *o == owner)
                 .map(|(k, _)| *k)
                 .collect(),
         };
         for key in keys {
-            self.remove_key(owner, key);
+            self.remove_slot_key(owner, key);
         }
     }
 
-    /// Writes the pending changes: upserts in one batched call where the kernel batches this
-    /// map, then deletes. A full map is counted and reported once per flush; the entries that
-    /// did not fit are dropped from the pending set, not retried in a loop.
+    /// Writes the pending changes in order: each run of upserts in one batched call where the
+    /// kernel batches this map, each delete on its own (deletes are rare: a removed entry or
+    /// owner). A full map is counted and reported once per flush; the entries that did not fit
+    /// are no longer desired, so they are not retried in a loop.
     pub fn flush(&mut self, map: &mut IpCacheMap) -> Result<(), FlushError> {
         if self.pending.is_empty() {
             return Ok(());
         }
-        let mut keys = Vec::with_capacity(self.pending.len());
-        let mut values = Vec::with_capacity(self.pending.len());
-        let mut deletes = Vec::new();
-        for (key, value) in self.pending.drain() {
+        let pending = std::mem::take(&mut self.pending);
+        let mut keys = Vec::with_capacity(pending.len());
+        let mut values = Vec::with_capacity(pending.len());
+        let mut outcome = Ok(());
+        for (key, value) in &pending {
             match value {
                 Some(value) => {
-                    keys.push(key);
-                    values.push(value);
+                    keys.push(*key);
+                    values.push(*value);
                 }
-                None => deletes.push(key),
+                None => {
+                    // The upserts before it first: the order is what makes the last write win.
+                    self.flush_upserts(map, &mut keys, &mut values, &mut outcome);
+                    match map.remove(key) {
+                        Ok(()) => self.stats.deleted += 1,
+                        Err(err) => {
+                            self.stats.write_errors += 1;
+                            outcome = Err(FlushError::Write(syscall_error(err)));
+                        }
+                    }
+                }
             }
         }
-        let mut outcome = Ok(());
-        // Deletes first: they free room for the upserts.
-        for key in &deletes {
-            match map.remove(key) {
-                Ok(()) => self.stats.deleted += 1,
-                Err(err) => {
-                    self.stats.write_errors += 1;
-                    outcome = Err(FlushError::Write(syscall_error(err)));
-                }
-            }
+        self.flush_upserts(map, &mut keys, &mut values, &mut outcome);
+        // The buffer is kept for the next batch.
+        self.pending = pending;
+        self.pending.clear();
+        outcome
+    }
+
+    /// Writes one run of upserts, leaving `keys` and `values` empty.
+    fn flush_upserts(
+        &mut self,
+        map: &mut IpCacheMap,
+        keys: &mut Vec<IpCacheKey>,
+        values: &mut Vec<IpCacheValue>,
+        outcome: &mut Result<(), FlushError>,
+    ) {
+        if keys.is_empty() {
+            return;
         }
-        let (written, error) = self.write_upserts(map, &keys, &values);
+        let (written, error) = self.write_upserts(map, keys, values);
         self.stats.written += written as u64;
         if let Some(err) = error {
             let failed = keys.len() - written;
@@ -197,12 +325,20 @@ impl IpCacheWriter {
                 for key in &keys[written..] {
                     self.desired.remove(key);
                 }
-                return Err(FlushError::MapFull { failed });
+                let failed = match outcome {
+                    Err(FlushError::MapFull { failed: before }) => *before + failed,
+                    _ => failed,
+                };
+                *outcome = Err(FlushError::MapFull { failed });
+            } else {
+                self.stats.write_errors += failed as u64;
+                if !matches!(outcome, Err(FlushError::MapFull { .. })) {
+                    *outcome = Err(FlushError::Write(err));
+                }
             }
-            self.stats.write_errors += failed as u64;
-            outcome = Err(FlushError::Write(err));
         }
-        outcome
+        keys.clear();
+        values.clear();
     }
 
     fn write_upserts(
@@ -237,8 +373,8 @@ impl IpCacheWriter {
     }
 
     /// Whether `key` is desired, and by whom.
-    pub fn owner(&self, key: &IpCacheKey) -> Option<&Owner> {
-        self.desired.get(key).map(|(o, _)| o)
+    pub fn owner(&self, key: &IpCacheKey) -> Option<Owner> {
+        self.desired.get(key).map(|(o, _)| self.owner_of(*o))
     }
 
     /// The counters.
@@ -283,20 +419,20 @@ mod tests {
         let cluster = Owner::Cluster(Arc::from("b"));
         for i in 0..100 {
             let k = key(&format!("10.214.0.{i}"));
-            writer.set(cluster.clone(), k, IpCacheValue::new(70_000, None, 0));
+            writer.set(&cluster, k, IpCacheValue::new(70_000, None, 0));
         }
         let ips: Vec<IpAddr> = vec!["10.1.0.1".parse().unwrap(), "10.1.0.2".parse().unwrap()];
         assert!(writer.set_local(7, &ips, 1000).is_empty());
         // Another owner takes one of the endpoint's keys.
         writer.set(
-            cluster.clone(),
+            &cluster,
             key("10.1.0.2"),
             IpCacheValue::new(70_001, None, 0),
         );
 
         assert!(writer.set_local(7, &ips[..0], 1000).is_empty());
         assert_eq!(writer.owner(&key("10.1.0.1")), None);
-        assert_eq!(writer.owner(&key("10.1.0.2")), Some(&cluster));
+        assert_eq!(writer.owner(&key("10.1.0.2")), Some(cluster.clone()));
         assert_eq!(writer.len(), 101);
 
         writer.remove_owner(&Owner::Endpoint(7));

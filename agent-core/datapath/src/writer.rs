@@ -58,6 +58,7 @@ impl MapWriter {
         if let Some(maps) = &mut self.remote_maps {
             maps.apply(cluster, events);
         }
+        self.ipcache.reserve(events.len());
         for event in events {
             if let RemoteEvent::IpCache { change, .. } = event
                 && let Err(err) = self.ipcache.apply_remote(cluster, change)

@@ -39,7 +39,7 @@ fn writer_fills_the_pinned_map_in_cilium_layout_and_deletes_only_its_own() {
             "10.213.0.1"
         };
         writer
-            .upsert(cluster("b"), &entry(&ip, Some(host), 70_000 + i))
+            .upsert(&cluster("b"), &entry(&ip, Some(host), 70_000 + i))
             .unwrap();
     }
     writer.flush(&mut map).unwrap();
@@ -82,11 +82,11 @@ fn bad_entries_are_counted_and_never_written() {
     let mut map = pins.recreate_ipcache().unwrap();
     let mut writer = IpCacheWriter::new(None);
     let err = writer
-        .upsert(cluster("b"), &entry("10.214.2.9", None, 0))
+        .upsert(&cluster("b"), &entry("10.214.2.9", None, 0))
         .unwrap_err();
     assert!(err.to_string().contains("identity 0"), "{err}");
     writer
-        .upsert(cluster("b"), &entry("10.214.2.10", None, 5))
+        .upsert(&cluster("b"), &entry("10.214.2.10", None, 5))
         .unwrap();
     writer.flush(&mut map).unwrap();
     assert_eq!(writer.stats().rejected.get("zero_identity"), Some(&1));
@@ -105,7 +105,7 @@ fn a_full_map_is_reported_once_and_not_retried() {
     for i in 0..15u32 {
         writer
             .upsert(
-                cluster("b"),
+                &cluster("b"),
                 &entry(&format!("10.214.3.{i}"), None, 100 + i),
             )
             .unwrap();
@@ -149,4 +149,56 @@ fn local_endpoint_entries_are_replaced_as_a_whole_and_identity_0_is_refused() {
     assert_eq!(writer.set_local(8, &ips[1..], 0), ips[1..].to_vec());
     writer.flush(&mut map).unwrap();
     assert_eq!(map.entries().unwrap().len(), 1);
+}
+
+#[test]
+#[ignore = "needs root and bpffs: `cargo xtask test` runs it"]
+fn writes_within_one_flush_end_as_they_were_last_made() {
+    let root = BpfRoot::new().unwrap();
+    let pins = PinDir::under(root.path());
+    let mut map = pins.recreate_ipcache().unwrap();
+    let mut writer = IpCacheWriter::new(None);
+    let (b, c) = (cluster("b"), cluster("c"));
+    // Written, deleted, written again: present with its last value.
+    writer
+        .upsert(&b, &entry("10.214.3.1", None, 70_001))
+        .unwrap();
+    writer.delete(&b, &entry("10.214.3.1", None, 70_001));
+    writer
+        .upsert(&c, &entry("10.214.3.1", None, 70_002))
+        .unwrap();
+    // Written twice, then deleted: absent, and the delete is no error.
+    writer
+        .upsert(&b, &entry("10.214.3.2", None, 70_003))
+        .unwrap();
+    writer
+        .upsert(&b, &entry("10.214.3.2", None, 70_004))
+        .unwrap();
+    writer.delete(&b, &entry("10.214.3.2", None, 70_004));
+    // Written twice: the second value.
+    writer
+        .upsert(&b, &entry("10.214.3.3", None, 70_005))
+        .unwrap();
+    writer
+        .upsert(&b, &entry("10.214.3.3", None, 70_006))
+        .unwrap();
+    writer.flush(&mut map).unwrap();
+
+    let entries = pins.open_ipcache().unwrap().entries().unwrap();
+    let identity = |ip: &str| {
+        let key = IpCacheKey::parse(ip, 0).unwrap();
+        entries
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v.sec_identity)
+    };
+    assert_eq!(identity("10.214.3.1"), Some(70_002));
+    assert_eq!(identity("10.214.3.2"), None);
+    assert_eq!(identity("10.214.3.3"), Some(70_006));
+    assert_eq!(entries.len(), 2);
+    assert_eq!(writer.stats().write_errors, 0);
+    assert_eq!(
+        writer.owner(&IpCacheKey::parse("10.214.3.1", 0).unwrap()),
+        Some(c)
+    );
 }
