@@ -35,7 +35,7 @@ struct BatchAttr {
 
 /// A batched update that stopped early.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum BatchError {
+pub enum BatchError {
     /// The kernel has no batch update for this map type.
     #[error("the kernel does not batch updates of this map: {0}")]
     Unsupported(io::Error),

@@ -16,6 +16,7 @@
 //! - [`drops`]: the drop counters by reason.
 
 mod bpf_sys;
+pub use bpf_sys::BatchError;
 pub mod drops;
 pub mod endpoint;
 pub mod ipcache_map;

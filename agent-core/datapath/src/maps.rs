@@ -215,8 +215,8 @@ impl IpCacheMap {
         }
     }
 
-    /// Writes every `keys[i]` → `values[i]` in one batched call.
-    pub(crate) fn update_batch(
+    /// Writes every `keys[i]` → `values[i]` in one batched call (`BPF_MAP_UPDATE_BATCH`).
+    pub fn update_batch(
         &mut self,
         keys: &[IpCacheKey],
         values: &[IpCacheValue],
