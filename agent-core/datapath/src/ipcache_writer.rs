@@ -266,100 +266,63 @@ impl IpCacheWriter {
         }
     }
 
-    /// Writes the pending changes in order: each run of upserts in one batched call where the
-    /// kernel batches this map, each delete on its own (deletes are rare: a removed entry or
-    /// owner). A full map is counted and reported once per flush; the entries that did not fit
-    /// are no longer desired, so they are not retried in a loop.
+    /// Writes the pending changes to `map` and takes in the outcome ([`PendingWrites::write`],
+    /// then [`Self::finish`]).
     pub fn flush(&mut self, map: &mut IpCacheMap) -> Result<(), FlushError> {
+        match self.take_pending() {
+            Some(pending) => {
+                let outcome = pending.write(map);
+                self.finish(outcome)
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// The writes made since the last flush, to be written elsewhere (another thread may hold
+    /// the map); `None` when there are none.
+    pub fn take_pending(&mut self) -> Option<PendingWrites> {
         if self.pending.is_empty() {
-            return Ok(());
+            return None;
         }
-        let pending = std::mem::take(&mut self.pending);
-        let mut keys = Vec::with_capacity(pending.len());
-        let mut values = Vec::with_capacity(pending.len());
-        let mut outcome = Ok(());
-        for (key, value) in &pending {
-            match value {
-                Some(value) => {
-                    keys.push(*key);
-                    values.push(*value);
-                }
-                None => {
-                    // The upserts before it first: the order is what makes the last write win.
-                    self.flush_upserts(map, &mut keys, &mut values, &mut outcome);
-                    match map.remove(key) {
-                        Ok(()) => self.stats.deleted += 1,
-                        Err(err) => {
-                            self.stats.write_errors += 1;
-                            outcome = Err(FlushError::Write(syscall_error(err)));
-                        }
-                    }
-                }
-            }
-        }
-        self.flush_upserts(map, &mut keys, &mut values, &mut outcome);
-        // The buffer is kept for the next batch.
-        self.pending = pending;
-        self.pending.clear();
-        outcome
+        Some(PendingWrites {
+            writes: std::mem::take(&mut self.pending),
+            batch_supported: self.batch_supported,
+        })
     }
 
-    /// Writes one run of upserts, leaving `keys` and `values` empty.
-    fn flush_upserts(
-        &mut self,
-        map: &mut IpCacheMap,
-        keys: &mut Vec<IpCacheKey>,
-        values: &mut Vec<IpCacheValue>,
-        outcome: &mut Result<(), FlushError>,
-    ) {
-        if keys.is_empty() {
-            return;
+    /// Takes in what writing [`Self::take_pending`]'s writes did: the counters, whether the
+    /// kernel batches, and the upserts a full map refused — no longer desired (unless set
+    /// again since), so a later flush does not re-send them forever.
+    pub fn finish(&mut self, outcome: WriteOutcome) -> Result<(), FlushError> {
+        let WriteOutcome {
+            mut writes,
+            written,
+            deleted,
+            write_errors,
+            batch_unsupported,
+            not_written,
+            error,
+        } = outcome;
+        self.stats.written += written;
+        self.stats.deleted += deleted;
+        self.stats.write_errors += write_errors;
+        self.stats.map_full += not_written.len() as u64;
+        if batch_unsupported {
+            self.batch_supported = false;
         }
-        let (written, error) = self.write_upserts(map, keys, values);
-        self.stats.written += written as u64;
-        if let Some(err) = error {
-            let failed = keys.len() - written;
-            if err.raw_os_error() == Some(libc::ENOSPC) || err.raw_os_error() == Some(libc::E2BIG) {
-                self.stats.map_full += failed as u64;
-                // Not desired any more: a later flush must not re-send them forever.
-                for key in &keys[written..] {
-                    self.desired.remove(key);
-                }
-                let failed = match outcome {
-                    Err(FlushError::MapFull { failed: before }) => *before + failed,
-                    _ => failed,
-                };
-                *outcome = Err(FlushError::MapFull { failed });
-            } else {
-                self.stats.write_errors += failed as u64;
-                if !matches!(outcome, Err(FlushError::MapFull { .. })) {
-                    *outcome = Err(FlushError::Write(err));
-                }
+        for (key, value) in not_written {
+            if let Entry::Occupied(current) = self.desired.entry(key)
+                && current.get().1 == value
+            {
+                current.remove();
             }
         }
-        keys.clear();
-        values.clear();
-    }
-
-    fn write_upserts(
-        &mut self,
-        map: &mut IpCacheMap,
-        keys: &[IpCacheKey],
-        values: &[IpCacheValue],
-    ) -> (usize, Option<std::io::Error>) {
-        if self.batch_supported {
-            match map.update_batch(keys, values) {
-                Ok(()) => return (keys.len(), None),
-                Err(BatchError::Unsupported(_)) => self.batch_supported = false,
-                Err(BatchError::Failed { done, error }) => return (done, Some(error)),
-            }
+        if self.pending.is_empty() {
+            // The buffer is kept for the next batch.
+            writes.clear();
+            self.pending = writes;
         }
-        for (done, (key, value)) in keys.iter().zip(values).enumerate() {
-            if let Err(error) = map.insert(key, value) {
-                return (done, Some(syscall_error(error)));
-            }
-        }
-        (keys.len(), None)
+        error.map_or(Ok(()), Err)
     }
 
     /// Entries the map should hold now.
@@ -380,6 +343,126 @@ impl IpCacheWriter {
     /// The counters.
     pub fn stats(&self) -> &WriterStats {
         &self.stats
+    }
+}
+
+/// Writes taken from an [`IpCacheWriter`], in the order they were made (`None`: a delete).
+/// Replayed in that order, so a key written twice ends as it was last written.
+pub struct PendingWrites {
+    writes: Vec<(IpCacheKey, Option<IpCacheValue>)>,
+    batch_supported: bool,
+}
+
+/// What [`PendingWrites::write`] did, for [`IpCacheWriter::finish`].
+#[derive(Debug)]
+pub struct WriteOutcome {
+    /// The writes' buffer, given back for reuse.
+    writes: Vec<(IpCacheKey, Option<IpCacheValue>)>,
+    written: u64,
+    deleted: u64,
+    write_errors: u64,
+    batch_unsupported: bool,
+    /// Upserts a full map refused.
+    not_written: Vec<(IpCacheKey, IpCacheValue)>,
+    error: Option<FlushError>,
+}
+
+impl PendingWrites {
+    /// Writes them to `map`: each run of upserts in one batched call where the kernel batches
+    /// this map, each delete on its own (deletes are rare: a removed entry or owner).
+    pub fn write(self, map: &mut IpCacheMap) -> WriteOutcome {
+        let mut outcome = WriteOutcome {
+            writes: Vec::new(),
+            written: 0,
+            deleted: 0,
+            write_errors: 0,
+            batch_unsupported: !self.batch_supported,
+            not_written: Vec::new(),
+            error: None,
+        };
+        let mut keys = Vec::with_capacity(self.writes.len());
+        let mut values = Vec::with_capacity(self.writes.len());
+        for (key, value) in &self.writes {
+            match value {
+                Some(value) => {
+                    keys.push(*key);
+                    values.push(*value);
+                }
+                None => {
+                    // The upserts before it first: the order is what makes the last write win.
+                    outcome.upserts(map, &mut keys, &mut values);
+                    match map.remove(key) {
+                        Ok(()) => outcome.deleted += 1,
+                        Err(err) => outcome.failed(FlushError::Write(syscall_error(err)), 1),
+                    }
+                }
+            }
+        }
+        outcome.upserts(map, &mut keys, &mut values);
+        outcome.writes = self.writes;
+        outcome
+    }
+}
+
+impl WriteOutcome {
+    /// Writes one run of upserts, leaving `keys` and `values` empty.
+    fn upserts(
+        &mut self,
+        map: &mut IpCacheMap,
+        keys: &mut Vec<IpCacheKey>,
+        values: &mut Vec<IpCacheValue>,
+    ) {
+        if keys.is_empty() {
+            return;
+        }
+        let (written, error) = self.write_run(map, keys, values);
+        self.written += written as u64;
+        if let Some(err) = error {
+            let failed = keys.len() - written;
+            if err.raw_os_error() == Some(libc::ENOSPC) || err.raw_os_error() == Some(libc::E2BIG) {
+                self.not_written.extend(
+                    keys[written..]
+                        .iter()
+                        .copied()
+                        .zip(values[written..].iter().copied()),
+                );
+                let failed = self.not_written.len();
+                self.error = Some(FlushError::MapFull { failed });
+            } else {
+                self.failed(FlushError::Write(err), failed as u64);
+            }
+        }
+        keys.clear();
+        values.clear();
+    }
+
+    /// Counts `count` failed writes; a full map stays the error reported.
+    fn failed(&mut self, error: FlushError, count: u64) {
+        self.write_errors += count;
+        if !matches!(self.error, Some(FlushError::MapFull { .. })) {
+            self.error = Some(error);
+        }
+    }
+
+    fn write_run(
+        &mut self,
+        map: &mut IpCacheMap,
+        keys: &[IpCacheKey],
+        values: &[IpCacheValue],
+    ) -> (usize, Option<std::io::Error>) {
+        if !self.batch_unsupported {
+            match map.update_batch(keys, values) {
+                Ok(()) => return (keys.len(), None),
+                Err(BatchError::Unsupported(_)) => self.batch_unsupported = true,
+                Err(BatchError::Failed { done, error }) => return (done, Some(error)),
+            }
+        }
+        for (done, (key, value)) in keys.iter().zip(values).enumerate() {
+            if let Err(error) = map.insert(key, value) {
+                return (done, Some(syscall_error(error)));
+            }
+        }
+        (keys.len(), None)
     }
 }
 

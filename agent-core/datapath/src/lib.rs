@@ -19,6 +19,7 @@ mod bpf_sys;
 pub use bpf_sys::BatchError;
 pub mod drops;
 pub mod endpoint;
+mod flush_thread;
 pub mod ipcache_map;
 pub mod ipcache_writer;
 pub mod maps;

@@ -1,7 +1,10 @@
 //! Everything the agent writes into the datapath, as one plain state machine: the ipcache
 //! (remote entries by cluster, local endpoints' entries by endpoint) and the maps kept from
 //! remote services and nodes. The agent's `DatapathWriter` actor is its shell; it applies a
-//! batch, then flushes, then acknowledges the batch's list-dones.
+//! batch, then flushes, then acknowledges the batch's list-dones. A batch without a list-done
+//! is written behind the next one's bookkeeping, on a flush thread ([`crate::flush_thread`]);
+//! one with a list-done, and every local endpoint change, is in the map before the call
+//! returns.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -9,7 +12,8 @@ use std::sync::Arc;
 
 use meshwork_types::{ClusterService, RemoteEvent, SyncKind};
 
-use super::ipcache_writer::{FlushError, IpCacheWriter, Owner, WriterStats};
+use super::flush_thread::FlushThread;
+use super::ipcache_writer::{FlushError, IpCacheWriter, Owner, WriteOutcome, WriterStats};
 use super::maps::IpCacheMap;
 use super::remote_maps::{RemoteMapStats, RemoteMaps};
 
@@ -31,7 +35,12 @@ pub struct WriterReport {
 /// The datapath's maps and their desired content.
 pub struct MapWriter {
     ipcache: IpCacheWriter,
-    map: IpCacheMap,
+    /// The ipcache map; `None` while the flush thread writes it.
+    map: Option<IpCacheMap>,
+    /// Started with the first batch written behind.
+    flush_thread: Option<FlushThread>,
+    /// A flush thread failed to start: write in line.
+    no_flush_thread: bool,
     remote_maps: Option<RemoteMaps>,
     last_error: Option<String>,
 }
@@ -41,7 +50,9 @@ impl MapWriter {
     pub fn new(map: IpCacheMap, local_node: Option<IpAddr>) -> Self {
         Self {
             ipcache: IpCacheWriter::new(local_node),
-            map,
+            map: Some(map),
+            flush_thread: None,
+            no_flush_thread: false,
             remote_maps: None,
             last_error: None,
         }
@@ -59,14 +70,24 @@ impl MapWriter {
             maps.apply(cluster, events);
         }
         self.ipcache.reserve(events.len());
+        let mut list_done = false;
         for event in events {
-            if let RemoteEvent::IpCache { change, .. } = event
-                && let Err(err) = self.ipcache.apply_remote(cluster, change)
-            {
-                tracing::warn!(cluster = %cluster, %err, "ipcache entry rejected");
+            match event {
+                RemoteEvent::IpCache { change, .. } => {
+                    if let Err(err) = self.ipcache.apply_remote(cluster, change) {
+                        tracing::warn!(cluster = %cluster, %err, "ipcache entry rejected");
+                    }
+                }
+                RemoteEvent::ListDone(_) => list_done = true,
+                _ => {}
             }
         }
-        self.flush();
+        // A list-done is acknowledged once its entries are in the map.
+        if list_done {
+            self.flush();
+        } else {
+            self.flush_behind();
+        }
     }
 
     /// Sets the ipcache entries of local endpoint `id` (replacing its earlier ones).
@@ -110,8 +131,54 @@ impl MapWriter {
         }
     }
 
+    /// Writes what is pending before returning (after the batch in flight, if any).
     fn flush(&mut self) {
-        match self.ipcache.flush(&mut self.map) {
+        self.wait();
+        let Some(pending) = self.ipcache.take_pending() else {
+            return;
+        };
+        let map = self.map.as_mut().expect("the map is back after a wait");
+        let outcome = pending.write(map);
+        self.finished(outcome);
+    }
+
+    /// Hands what is pending to the flush thread and returns (after the batch in flight, if
+    /// any, so at most one is).
+    fn flush_behind(&mut self) {
+        self.wait();
+        let Some(pending) = self.ipcache.take_pending() else {
+            return;
+        };
+        if self.flush_thread.is_none() && !self.no_flush_thread {
+            self.flush_thread = FlushThread::start();
+            self.no_flush_thread = self.flush_thread.is_none();
+        }
+        let map = self.map.take().expect("the map is back after a wait");
+        let (mut map, pending) = match &self.flush_thread {
+            Some(thread) => match thread.send(map, pending) {
+                None => return,
+                Some(job) => job,
+            },
+            None => (map, pending),
+        };
+        let outcome = pending.write(&mut map);
+        self.map = Some(map);
+        self.finished(outcome);
+    }
+
+    /// Waits for the batch in flight, if any, and takes in its outcome.
+    fn wait(&mut self) {
+        if self.map.is_some() {
+            return;
+        }
+        let thread = self.flush_thread.as_ref().expect("a batch in flight");
+        let (map, outcome) = thread.wait();
+        self.map = Some(map);
+        self.finished(outcome);
+    }
+
+    fn finished(&mut self, outcome: WriteOutcome) {
+        match self.ipcache.finish(outcome) {
             Ok(()) => {}
             Err(err @ FlushError::MapFull { .. }) => {
                 // Reported, not retried: a full map needs an operator, not a busy loop.
@@ -125,7 +192,7 @@ impl MapWriter {
         }
     }
 
-    /// What the writer has done.
+    /// What the writer has done (a batch still in flight is not counted yet).
     pub fn report(&self) -> WriterReport {
         let stats = self.ipcache.stats().clone();
         WriterReport {
@@ -135,5 +202,12 @@ impl MapWriter {
             last_error: self.last_error.clone(),
             remote_maps: self.remote_maps.as_ref().map(RemoteMaps::stats),
         }
+    }
+}
+
+impl Drop for MapWriter {
+    fn drop(&mut self) {
+        // What was accepted is written before the writer is gone.
+        self.wait();
     }
 }
