@@ -325,6 +325,14 @@ impl IpCacheWriter {
         error.map_or(Ok(()), Err)
     }
 
+    /// Bytes the desired state's tables hold (allocations, not their use): what the writer
+    /// costs per entry beside the map itself.
+    pub fn table_bytes(&self) -> usize {
+        self.desired.allocation_size()
+            + self.endpoint_keys.allocation_size()
+            + self.pending.capacity() * size_of::<(IpCacheKey, Option<IpCacheValue>)>()
+    }
+
     /// Entries the map should hold now.
     pub fn len(&self) -> usize {
         self.desired.len()

@@ -22,6 +22,8 @@ use super::remote_maps::{RemoteMapStats, RemoteMaps};
 pub struct WriterReport {
     /// Entries the ipcache map holds.
     pub entries: usize,
+    /// Bytes of the writer's desired ipcache state ([`IpCacheWriter::table_bytes`]).
+    pub desired_bytes: usize,
     /// Counters.
     pub stats: WriterStats,
     /// The last write error, if any.
@@ -197,6 +199,7 @@ impl MapWriter {
         let stats = self.ipcache.stats().clone();
         WriterReport {
             entries: self.ipcache.len(),
+            desired_bytes: self.ipcache.table_bytes(),
             rejected: stats.rejected.iter().map(|(k, v)| (*k, *v)).collect(),
             stats,
             last_error: self.last_error.clone(),

@@ -79,8 +79,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let mut inserts = Rounds::default();
     // Not a floor: what batching alone does to the raw loop, so the writer's own cost shows.
     let mut batched = Vec::new();
+    let mut desired_bytes = 0;
     for round in 0..args.rounds {
-        let (floor, writer) = back_to_back(
+        let (floor, (writer, bytes)) = back_to_back(
             round,
             || async { raw_loop(&entries) },
             || through_writer(&entries),
@@ -96,6 +97,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         );
         inserts.push(ratio, (floor, writer));
         batched.push(raw_batched(&entries)?);
+        desired_bytes = bytes;
     }
     batched.sort();
     let (ratio, &(floor, writer)) = inserts.median().context("no insert rounds")?;
@@ -112,6 +114,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             rate(*median)
         );
     }
+    println!(
+        "  the writer's desired state: {:.1} MiB, {} bytes per entry (hash tables at their load factor)",
+        desired_bytes as f64 / f64::from(1 << 20),
+        desired_bytes / entries.len().max(1)
+    );
 
     let agent = binaries::build()?.agent;
     let sizes = Sizes {
@@ -206,7 +213,7 @@ fn raw_batched(entries: &[Arc<IpCacheEntry>]) -> anyhow::Result<Duration> {
 
 /// Batches of remote events through the agent's writer actor (on its own arbiter, as the
 /// agent runs it), until it has handled the last one.
-async fn through_writer(entries: &[Arc<IpCacheEntry>]) -> anyhow::Result<Duration> {
+async fn through_writer(entries: &[Arc<IpCacheEntry>]) -> anyhow::Result<(Duration, usize)> {
     let root = BpfRoot::new()?;
     let barrier = SyncBarrierActor::new(
         SyncBarrier::new(Duration::from_secs(600)).with_consumer(Consumer::Datapath),
@@ -253,7 +260,7 @@ async fn through_writer(entries: &[Arc<IpCacheEntry>]) -> anyhow::Result<Duratio
             entries.len()
         );
     }
-    Ok(elapsed)
+    Ok((elapsed, report.desired_bytes))
 }
 
 /// Agent start → its restored endpoint regenerated, with `clusters` to sync first.

@@ -66,9 +66,12 @@ pub struct Args {
     /// shared machine's speed changes from one phase to the next), so an odd number above 5.
     #[arg(long, default_value_t = 9, value_parser = odd_rounds)]
     rounds: usize,
-    /// Remote ipcache entries for the memory figure (spread over the clusters); 0 skips it.
-    #[arg(long, default_value_t = 1_000_000)]
-    rss_entries: u32,
+    /// Remote ipcache entries of the memory figure, each point an agent sync of its own
+    /// (spread over the clusters), in ascending order: the agent's peak RSS at each, and the
+    /// bytes each entry adds between points. `rss_mib_1m=` is the point at 1,000,000 (0 when
+    /// absent); `--rss-points 0` skips the figure.
+    #[arg(long, value_delimiter = ',', default_values_t = [100_000, 500_000, 1_000_000])]
+    rss_points: Vec<u32>,
 }
 
 /// Runs the benchmark.
@@ -165,26 +168,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     );
     drop(servers);
 
-    let rss = if args.rss_entries > 0 {
-        let per_cluster = args.rss_entries.div_ceil(args.clusters);
-        let sizes = Sizes {
-            nodes: 100,
-            services: 10,
-            identities: 1000,
-            ipcache: per_cluster,
-        };
-        let (servers, clusters) = start_clusters(args.clusters, sizes).await?;
-        let rss = agent_sync(&agent_bin, &servers, &clusters)
-            .await?
-            .peak_rss_mib;
-        println!(
-            "  agent peak RSS holding {} remote ipcache entries: {rss} MiB (goal ≤ {RSS_GOAL_MIB} MiB)",
-            per_cluster * args.clusters
-        );
-        rss
-    } else {
-        0
-    };
+    let rss = memory_curve(&agent_bin, args.clusters, &args.rss_points).await?;
     println!(
         "ratio={ratio:.2} cpu_ratio={cpu_ratio:.2} p99_ms={p99:.2} p99_over_watch_ms={over_watch:.2} rss_mib_1m={rss}"
     );
@@ -316,4 +300,46 @@ pub(crate) async fn agent_sync_with(
     };
     process.stop(Duration::from_secs(10));
     Ok(run)
+}
+
+/// The agent's peak RSS after syncing each point's remote ipcache entries, and what each entry
+/// adds between points; answers the RSS at 1M entries (0 when that is not a point).
+async fn memory_curve(agent_bin: &Path, clusters: u32, points: &[u32]) -> anyhow::Result<u64> {
+    let points: Vec<u32> = points.iter().copied().filter(|&n| n > 0).collect();
+    if points.is_empty() {
+        return Ok(0);
+    }
+    println!("  agent peak RSS by remote ipcache entries held (with 4,000 identities, 400 nodes):");
+    println!("      entries   peak RSS   per entry   per entry added since the point before");
+    let mut at_1m = 0;
+    let mut before: Option<(u32, u64)> = None;
+    for entries in points {
+        let per_cluster = entries.div_ceil(clusters);
+        let sizes = Sizes {
+            nodes: 100,
+            services: 10,
+            identities: 1000,
+            ipcache: per_cluster,
+        };
+        let (servers, cluster_set) = start_clusters(clusters, sizes).await?;
+        let rss = agent_sync(agent_bin, &servers, &cluster_set)
+            .await?
+            .peak_rss_mib;
+        drop(servers);
+        let held = per_cluster * clusters;
+        let per_entry = (rss << 20) / u64::from(held);
+        let added = before.map_or(String::new(), |(n, r)| {
+            let bytes = (rss.saturating_sub(r) << 20) / u64::from(held.saturating_sub(n).max(1));
+            format!("{bytes:>6} B")
+        });
+        println!("    {held:>9} {rss:>7} MiB {per_entry:>7} B   {added}");
+        if held == 1_000_000 {
+            at_1m = rss;
+            println!(
+                "  agent peak RSS holding 1000000 remote ipcache entries: {rss} MiB (goal ≤ {RSS_GOAL_MIB} MiB)"
+            );
+        }
+        before = Some((held, rss));
+    }
+    Ok(at_1m)
 }
