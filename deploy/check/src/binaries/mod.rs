@@ -202,6 +202,28 @@ impl Parsed {
         }
     }
 
+    /// Records the `--kvstore-*` flags every etcd client shares: its TLS files and the
+    /// endpoints it dials.
+    fn kvstore(
+        &mut self,
+        endpoints: &[String],
+        trusted_ca: Option<&std::path::Path>,
+        cert: Option<&std::path::Path>,
+        key: Option<&std::path::Path>,
+    ) -> Result<(), String> {
+        self.file("kvstore-trusted-ca-file", trusted_ca);
+        self.file("kvstore-cert-file", cert);
+        self.file("kvstore-key-file", key);
+        for endpoint in endpoints {
+            self.dial(
+                "kvstore-endpoints",
+                endpoint,
+                endpoint.starts_with("https://"),
+            )?;
+        }
+        Ok(())
+    }
+
     /// Records the listener `text` (`IP:PORT`; empty: disabled) sets.
     fn listen(&mut self, flag: &'static str, text: &str, protocol: Protocol) -> Result<(), String> {
         if text.is_empty() {

@@ -90,19 +90,12 @@ pub(super) fn operator(argv: &[String]) -> Result<Parsed, String> {
     parsed.file("grpc-tls-cert", run.grpc_tls_cert.as_deref());
     parsed.file("grpc-tls-key", run.grpc_tls_key.as_deref());
     parsed.file("grpc-tls-client-ca", run.grpc_tls_client_ca.as_deref());
-    parsed.file(
-        "kvstore-trusted-ca-file",
+    parsed.kvstore(
+        &run.kvstore_endpoints,
         run.kvstore_trusted_ca_file.as_deref(),
-    );
-    parsed.file("kvstore-cert-file", run.kvstore_cert_file.as_deref());
-    parsed.file("kvstore-key-file", run.kvstore_key_file.as_deref());
-    for endpoint in &run.kvstore_endpoints {
-        parsed.dial(
-            "kvstore-endpoints",
-            endpoint,
-            endpoint.starts_with("https://"),
-        )?;
-    }
+        run.kvstore_cert_file.as_deref(),
+        run.kvstore_key_file.as_deref(),
+    )?;
     Ok(parsed)
 }
 
@@ -175,23 +168,16 @@ pub(super) fn apiserver(argv: &[String]) -> Result<Parsed, String> {
             (cluster_name.clone(), kvstore)
         }
     };
-    parsed.file(
-        "kvstore-trusted-ca-file",
+    parsed.kvstore(
+        &kvstore.kvstore_endpoints,
         kvstore.kvstore_trusted_ca_file.as_deref(),
-    );
-    parsed.file("kvstore-cert-file", kvstore.kvstore_cert_file.as_deref());
-    parsed.file("kvstore-key-file", kvstore.kvstore_key_file.as_deref());
+        kvstore.kvstore_cert_file.as_deref(),
+        kvstore.kvstore_key_file.as_deref(),
+    )?;
     if let Some(cert) = &kvstore.kvstore_cert_file {
         // Its own etcd, as the cluster's admin (role root).
         let users = vec![format!("admin-{cluster}"), "root".to_owned()];
         parsed.etcd_user = Some((cert.display().to_string(), users));
-    }
-    for endpoint in &kvstore.kvstore_endpoints {
-        parsed.dial(
-            "kvstore-endpoints",
-            endpoint,
-            endpoint.starts_with("https://"),
-        )?;
     }
     Ok(parsed)
 }

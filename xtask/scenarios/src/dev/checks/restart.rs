@@ -38,6 +38,23 @@ pub struct RestartReport {
     pub regenerated_early: u32,
 }
 
+impl RestartReport {
+    /// One line of the proof: `what` A's endpoint did in `samples` of the late window.
+    fn print(&self, label: &str, what: &str, samples: u32) {
+        let stream = &self.stream;
+        println!(
+            "  {label}  drops={} stream: received={} of {} gaps={} resets={} longest pause {} ms; \
+             A's endpoint {what} in {samples} samples while cluster-2 was late",
+            self.drops,
+            stream.received,
+            stream.sent,
+            stream.gaps,
+            stream.resets,
+            stream.longest_pause_ms,
+        );
+    }
+}
+
 /// The drops of the endpoint programs on `node`.
 fn drops(node: &str) -> anyhow::Result<u64> {
     node_status(node)?["drops"]
@@ -131,17 +148,7 @@ fn stack_tail(node: &str) -> String {
 /// the negative control (both sync timeouts `0s`) drops. Restores A's agent's own flags.
 pub fn prove(pods: &Pods) -> anyhow::Result<(RestartReport, RestartReport)> {
     let with = run(pods, &[])?;
-    println!(
-        "  with the wait (1m):     drops={} stream: received={} of {} gaps={} resets={} \
-         longest pause {} ms; A's endpoint waited in {} samples while cluster-2 was late",
-        with.drops,
-        with.stream.received,
-        with.stream.sent,
-        with.stream.gaps,
-        with.stream.resets,
-        with.stream.longest_pause_ms,
-        with.waiting
-    );
+    with.print("with the wait (1m):   ", "waited", with.waiting);
     let without = run(
         pods,
         &[
@@ -153,16 +160,10 @@ pub fn prove(pods: &Pods) -> anyhow::Result<(RestartReport, RestartReport)> {
     let restored = compose::exec(pods.a.node, &["meshwork-devnode", "restart-agent"]);
     let without = without?;
     restored?;
-    println!(
-        "  without the wait (0s):  drops={} stream: received={} of {} gaps={} resets={} \
-         longest pause {} ms; A's endpoint regenerated in {} samples while cluster-2 was late",
-        without.drops,
-        without.stream.received,
-        without.stream.sent,
-        without.stream.gaps,
-        without.stream.resets,
-        without.stream.longest_pause_ms,
-        without.regenerated_early
+    without.print(
+        "without the wait (0s):",
+        "regenerated",
+        without.regenerated_early,
     );
     ensure!(
         with.waiting > 0,
