@@ -4,7 +4,7 @@
 //! it before anything that must see the map written (a list-done's acknowledgement, local
 //! endpoints, its own end).
 
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use std::thread::JoinHandle;
 
 use super::ipcache_writer::{PendingWrites, WriteOutcome};
@@ -12,6 +12,9 @@ use super::maps::IpCacheMap;
 
 type Job = (IpCacheMap, PendingWrites);
 type Done = (IpCacheMap, WriteOutcome);
+
+/// Called on the flush thread once a batch is written and its outcome can be collected.
+pub type OnFlushed = Arc<dyn Fn() + Send + Sync>;
 
 /// The thread and its two channels. The map travels with each job and comes back with its
 /// outcome, so only one side holds it at a time.
@@ -22,8 +25,9 @@ pub(crate) struct FlushThread {
 }
 
 impl FlushThread {
-    /// Starts the thread (`None` when the OS refuses one: the writer then writes itself).
-    pub(crate) fn start() -> Option<Self> {
+    /// Starts the thread (`None` when the OS refuses one: the writer then writes itself);
+    /// `on_flushed` is called after each batch.
+    pub(crate) fn start(on_flushed: Option<OnFlushed>) -> Option<Self> {
         let (jobs, incoming) = mpsc::channel::<Job>();
         let (finished, done) = mpsc::channel::<Done>();
         let thread = std::thread::Builder::new()
@@ -33,6 +37,9 @@ impl FlushThread {
                     let outcome = pending.write(&mut map);
                     if finished.send((map, outcome)).is_err() {
                         break;
+                    }
+                    if let Some(on_flushed) = &on_flushed {
+                        on_flushed();
                     }
                 }
             })
@@ -51,6 +58,11 @@ impl FlushThread {
             Some(jobs) => jobs.send((map, pending)).err().map(|err| err.0),
             None => Some((map, pending)),
         }
+    }
+
+    /// The map and the outcome of the job in flight if it is written, without waiting.
+    pub(crate) fn try_wait(&self) -> Option<Done> {
+        self.done.try_recv().ok()
     }
 
     /// The map and the outcome of the job in flight, once written.

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use meshwork_types::{ClusterService, RemoteEvent, SyncKind};
 
-use super::flush_thread::FlushThread;
+use super::flush_thread::{FlushThread, OnFlushed};
 use super::ipcache_writer::{FlushError, IpCacheWriter, Owner, WriteOutcome, WriterStats};
 use super::maps::IpCacheMap;
 use super::remote_maps::{RemoteMapStats, RemoteMaps};
@@ -43,6 +43,7 @@ pub struct MapWriter {
     flush_thread: Option<FlushThread>,
     /// A flush thread failed to start: write in line.
     no_flush_thread: bool,
+    on_flushed: Option<OnFlushed>,
     remote_maps: Option<RemoteMaps>,
     last_error: Option<String>,
 }
@@ -55,8 +56,26 @@ impl MapWriter {
             map: Some(map),
             flush_thread: None,
             no_flush_thread: false,
+            on_flushed: None,
             remote_maps: None,
             last_error: None,
+        }
+    }
+
+    /// Calls `notify` (on the flush thread) each time a batch written behind is done, so the
+    /// caller can [`Self::collect_flushed`] its outcome without waiting for the next batch.
+    pub fn on_flushed(&mut self, notify: impl Fn() + Send + Sync + 'static) {
+        self.on_flushed = Some(Arc::new(notify));
+    }
+
+    /// Takes in the outcome of the batch written behind if it is done (never waits).
+    pub fn collect_flushed(&mut self) {
+        if self.map.is_some() {
+            return;
+        }
+        if let Some((map, outcome)) = self.flush_thread.as_ref().and_then(FlushThread::try_wait) {
+            self.map = Some(map);
+            self.finished(outcome);
         }
     }
 
@@ -152,7 +171,7 @@ impl MapWriter {
             return;
         };
         if self.flush_thread.is_none() && !self.no_flush_thread {
-            self.flush_thread = FlushThread::start();
+            self.flush_thread = FlushThread::start(self.on_flushed.clone());
             self.no_flush_thread = self.flush_thread.is_none();
         }
         let map = self.map.take().expect("the map is back after a wait");

@@ -88,3 +88,23 @@ fn a_writer_dropped_with_a_batch_in_flight_writes_it_first() {
         30_000
     );
 }
+
+#[test]
+#[ignore = "needs root and bpffs: `cargo xtask test` runs it"]
+fn a_batch_written_behind_is_counted_once_done_without_another_batch() {
+    let root = BpfRoot::new().unwrap();
+    let pins = PinDir::under(root.path());
+    let mut writer = MapWriter::new(pins.recreate_ipcache().unwrap(), None);
+    let (done, flushed) = std::sync::mpsc::channel();
+    // The receiver outlives the writer here; a failed send cannot happen.
+    writer.on_flushed(move || {
+        done.send(()).ok();
+    });
+    writer.apply_remote(&Arc::from("b"), &upserts(0, 5_000));
+    flushed
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .expect("the flush thread says when the batch is written");
+    writer.collect_flushed();
+    let report = writer.report();
+    assert_eq!(report.stats.written, 5_000);
+}

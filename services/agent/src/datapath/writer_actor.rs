@@ -53,6 +53,17 @@ impl DatapathWriter {
 impl Actor for DatapathWriter {
     type Context = Context<Self>;
 
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        // A batch written behind is counted (and its errors reported) when it is done, not
+        // when the next batch comes. Weak: the flush thread must not keep the actor alive.
+        let actor = ctx.address().downgrade();
+        self.writer.on_flushed(move || {
+            if let Some(actor) = actor.upgrade() {
+                actor.do_send(Flushed);
+            }
+        });
+    }
+
     fn stopped(&mut self, _: &mut Context<Self>) {
         Arbiter::current().stop();
     }
@@ -66,6 +77,20 @@ impl Handler<RemoteEvents> for DatapathWriter {
         for ack in batch.applied_by(Consumer::Datapath) {
             self.barrier.do_send(ack);
         }
+        self.publish();
+    }
+}
+
+/// A batch written behind is done: its outcome goes into the report.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "()")]
+struct Flushed;
+
+impl Handler<Flushed> for DatapathWriter {
+    type Result = ();
+
+    fn handle(&mut self, _: Flushed, _: &mut Context<Self>) {
+        self.writer.collect_flushed();
         self.publish();
     }
 }
