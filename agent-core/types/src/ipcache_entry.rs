@@ -1,12 +1,13 @@
 //! The ipcache entry as the agent keeps it: compact, because an agent holds every remote
 //! cluster's ipcache (a million entries is a realistic mesh).
 //!
-//! Kept: the prefix, the tunnel endpoint (`HostIP`), the identity, the encryption key, the
-//! pod (`K8sNamespace/K8sPodName`, packed in one allocation) and named ports. Dropped: Cilium's
-//! owner `Metadata` string, which only the writer uses.
+//! Kept: the prefix, the tunnel endpoint (`HostIP`), the identity, the encryption key and
+//! named ports. Read and checked as Go would, but not kept: Cilium's owner `Metadata` string,
+//! which only the writer uses, and the pod's `K8sNamespace` and `K8sPodName`, which nothing
+//! in the agent reads (Cilium keeps them for Hubble's flow records, which Meshwork does not
+//! have). The pod's name was the one allocation of an entry besides the entry itself.
 
 use std::net::IpAddr;
-use std::string::FromUtf8Error;
 
 use super::go_json::{GoIp, GoMask, NullIfEmpty, OmitEmpty, Plain, go_struct};
 use super::ipcache::{IpCacheDecoder, IpIdentityPair, NamedPort};
@@ -17,8 +18,8 @@ use crate::{DecodeError, Decoder, KeyedValue};
 
 /// A validated ipcache entry.
 ///
-/// 72 bytes: with the `Arc` header it fits glibc's 96-byte chunk, and a million of them are
-/// most of what a large mesh costs (`the_entry_is_small` holds it there).
+/// 56 bytes: with the `Arc` header it fits the allocator's 80-byte class, and a million of
+/// them are most of what a large mesh costs (`the_entry_is_small` holds it there).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IpCacheEntry {
     /// The network the entry covers (a host entry is /32 or /128).
@@ -32,7 +33,6 @@ pub struct IpCacheEntry {
     /// Keyed as a host entry (`<ip>`, no mask) rather than `<ip>/<len>`: `10.0.0.1` and
     /// `10.0.0.1/32` are two keys with the same prefix.
     host_key: bool,
-    pod: Option<Box<str>>,
     // Behind one thin pointer: named ports are rare, and a slice pointer would cost every
     // entry 8 more bytes and a larger allocation.
     named_ports: Option<Box<NamedPorts>>,
@@ -43,11 +43,6 @@ pub struct IpCacheEntry {
 struct NamedPorts(Box<[NamedPort]>);
 
 impl IpCacheEntry {
-    /// The pod's namespace and name, when the entry is a pod's.
-    pub fn pod(&self) -> Option<(&str, &str)> {
-        self.pod.as_deref().and_then(|p| p.split_once('/'))
-    }
-
     /// The pod's named ports.
     pub fn named_ports(&self) -> &[NamedPort] {
         self.named_ports.as_deref().map_or(&[], |ports| &ports.0)
@@ -72,8 +67,6 @@ impl IpCacheEntry {
             identity: pair.id,
             encrypt_key: pair.key,
             host_key: pair.is_host(),
-            // Strings the JSON reader made are UTF-8 already.
-            pod: pod_name(pair.k8s_namespace.as_bytes(), pair.k8s_pod_name.as_bytes()).ok()?,
             named_ports: named_ports(pair.named_ports),
         })
     }
@@ -87,20 +80,6 @@ impl KeyedValue for IpCacheEntry {
 
 fn named_ports(ports: Vec<NamedPort>) -> Option<Box<NamedPorts>> {
     (!ports.is_empty()).then(|| Box::new(NamedPorts(ports.into_boxed_slice())))
-}
-
-/// `namespace/name` in one exact-size allocation; `None` when both are empty. Both parts are
-/// UTF-8 already, so the one check of the joined name cannot fail; it is what makes bytes a
-/// `str` without `unsafe`.
-fn pod_name(namespace: &[u8], name: &[u8]) -> Result<Option<Box<str>>, FromUtf8Error> {
-    if namespace.is_empty() && name.is_empty() {
-        return Ok(None);
-    }
-    let mut pod = Vec::with_capacity(namespace.len() + 1 + name.len());
-    pod.extend_from_slice(namespace);
-    pod.push(b'/');
-    pod.extend_from_slice(name);
-    Ok(Some(String::from_utf8(pod)?.into_boxed_str()))
 }
 
 go_struct! {
@@ -126,8 +105,7 @@ impl IpCacheEntryDecoder {
     fn entry(
         &self,
         key: &str,
-        fields: ScannedPair<'_>,
-        pod: Option<Box<str>>,
+        fields: ScannedPair,
         ports: Vec<NamedPort>,
     ) -> Result<IpCacheEntry, DecodeError> {
         // Only the IP, the mask and the ID are validated: no strings are copied for it.
@@ -147,7 +125,6 @@ impl IpCacheEntryDecoder {
             identity: fields.id,
             encrypt_key: fields.key,
             host_key: fields.mask.is_none(),
-            pod,
             named_ports: named_ports(ports),
         })
     }
@@ -161,13 +138,8 @@ impl IpCacheEntryDecoder {
             host_ip: wire.host_ip,
             id: wire.id,
             key: wire.key,
-            namespace: wire.k8s_namespace.as_bytes(),
-            pod_name: wire.k8s_pod_name.as_bytes(),
         };
-        // Strings the JSON reader made are UTF-8 already.
-        let pod = pod_name(fields.namespace, fields.pod_name)
-            .map_err(|err| DecodeError::Malformed(err.to_string()))?;
-        self.entry(key, fields, pod, wire.named_ports)
+        self.entry(key, fields, wire.named_ports)
     }
 }
 
@@ -176,10 +148,8 @@ impl Decoder for IpCacheEntryDecoder {
 
     fn decode(&self, key: &str, value: &[u8]) -> Result<IpCacheEntry, DecodeError> {
         // Most values are in the plain form Cilium writes; the rest take the full reader.
-        if let Some(fields) = ipcache_scan::scan(value)
-            && let Ok(pod) = pod_name(fields.namespace, fields.pod_name)
-        {
-            return self.entry(key, fields, pod, Vec::new());
+        if let Some(fields) = ipcache_scan::scan(value) {
+            return self.entry(key, fields, Vec::new());
         }
         self.decode_full(key, value)
     }
@@ -199,22 +169,21 @@ mod tests {
         assert_eq!(entry.key_name(), "10.6.6.43");
         assert_eq!(entry.host_ip, Some("10.5.1.132".parse().unwrap()));
         assert_eq!((entry.identity, entry.encrypt_key), (12928, 3));
-        assert_eq!(entry.pod(), Some(("istio-system", "gw-1")));
         assert_eq!(entry.named_ports()[0].port, 80);
         let bare = br#"{"IP":"10.0.0.0","Mask":"////AA==","HostIP":"10.5.1.1","ID":300}"#;
         let entry = IpCacheEntryDecoder(IpCacheDecoder::new(None))
             .decode("10.0.0.0/24", bare)
             .unwrap();
-        assert_eq!((entry.pod(), entry.named_ports().len()), (None, 0));
+        assert_eq!(entry.named_ports().len(), 0);
         assert_eq!(entry.key_name(), "10.0.0.0/24");
     }
 
     #[test]
     fn the_entry_is_small() {
-        // What a million of them cost: 72 bytes and the Arc's 16 make glibc's 96-byte chunk;
-        // one byte more and every entry takes the 112-byte one.
+        // What a million of them cost: 56 bytes and the Arc's 16 make an 80-byte size class
+        // (mimalloc's and glibc's); one byte more and every entry takes the 96-byte one.
         assert!(
-            size_of::<IpCacheEntry>() <= 72,
+            size_of::<IpCacheEntry>() <= 56,
             "{}",
             size_of::<IpCacheEntry>()
         );

@@ -13,8 +13,8 @@
 //! names are recognised in place instead of being read as strings (they are half of the
 //! strings of a value), strings end where an eight-byte word first holds a quote, a
 //! backslash or a control character, and dotted IPv4 is parsed in one loop. The pod's
-//! namespace and name stay bytes (ASCII, or checked to be UTF-8), which the caller joins
-//! into one string.
+//! namespace and name are only checked (ASCII, or else UTF-8), as the agent does not keep
+//! them.
 
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -23,22 +23,18 @@ use super::go_json::fold_eq;
 use super::ipcache_entry::IpCacheWire;
 use super::net::{IpMask, parse_go_ip};
 
-/// The fields of an ipcache value that the agent keeps, borrowed from the value.
+/// The fields of an ipcache value that the agent keeps.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub(super) struct ScannedPair<'a> {
+pub(super) struct ScannedPair {
     pub ip: Option<IpAddr>,
     pub mask: Option<IpMask>,
     pub host_ip: Option<IpAddr>,
     pub id: u32,
     pub key: u8,
-    /// UTF-8, as bytes.
-    pub namespace: &'a [u8],
-    /// UTF-8, as bytes.
-    pub pod_name: &'a [u8],
 }
 
 /// Reads `value` if it is in the plain form; `None` means "use the full reader".
-pub(super) fn scan(value: &[u8]) -> Option<ScannedPair<'_>> {
+pub(super) fn scan(value: &[u8]) -> Option<ScannedPair> {
     let mut scanner = Scanner {
         bytes: value,
         pos: 0,
@@ -227,15 +223,14 @@ impl<'a> Scanner<'a> {
         u32::try_from(value).ok().filter(|&v| v <= max)
     }
 
-    /// A string field that Go keeps as text: `null` leaves it unchanged. Text that is not
+    /// A string field that Go reads as text and the agent does not keep. Text that is not
     /// UTF-8 goes to the full reader even when a later duplicate replaces it, as there.
-    fn text(&mut self, field: &mut &'a [u8]) -> Option<()> {
+    fn text(&mut self) -> Option<()> {
         if !self.null()? {
             let text = self.string()?;
             if !text.is_ascii() {
                 std::str::from_utf8(text).ok()?;
             }
-            *field = text;
         }
         Some(())
     }
@@ -286,7 +281,7 @@ impl<'a> Scanner<'a> {
     }
 
     /// Reads the value of `field` into `pair`.
-    fn field(&mut self, field: Field<'a>, pair: &mut ScannedPair<'a>) -> Option<()> {
+    fn field(&mut self, field: Field<'a>, pair: &mut ScannedPair) -> Option<()> {
         match field {
             Field::Ip => pair.ip = self.ip()?,
             Field::HostIp => pair.host_ip = self.ip()?,
@@ -301,8 +296,7 @@ impl<'a> Scanner<'a> {
                     pair.key = u8::try_from(self.unsigned(u32::from(u8::MAX))?).ok()?;
                 }
             }
-            Field::Namespace => self.text(&mut pair.namespace)?,
-            Field::PodName => self.text(&mut pair.pod_name)?,
+            Field::Namespace | Field::PodName => self.text()?,
             // Named ports are rare and nested: anything but `null` goes to the full reader.
             Field::NamedPorts => return self.null()?.then_some(()),
             // Written by every Cilium agent and not kept; no field folds onto it.
@@ -358,10 +352,6 @@ mod tests {
         assert_eq!(pair.ip, Some("10.6.6.43".parse().unwrap()));
         assert_eq!(pair.host_ip, Some("10.5.1.132".parse().unwrap()));
         assert_eq!((pair.id, pair.key, pair.mask), (12928, 3, None));
-        assert_eq!(
-            (pair.namespace, pair.pod_name),
-            (&b"istio-system"[..], &b"gw-1"[..])
-        );
 
         let spaced = b" {\n  \"IP\" : \"fd00::1\",\t\"Mask\": \"/////w==\" , \"ID\": 0 }\n";
         let pair = scan(spaced).expect("whitespace between tokens");

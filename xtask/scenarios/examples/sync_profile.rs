@@ -5,7 +5,7 @@
 //!
 //! ```sh
 //! cargo build --release -p meshwork-scenarios -p meshwork-agent -p meshctl \
-//!     -p meshwork-apiserver --example sync_profile      # the bench's package set
+//!     -p meshwork-apiserver --bins --example sync_profile   # the bench's package set
 //! H=target/release/examples/sync_profile
 //! $H serve --dir /tmp/sync &            # 4 etcds loaded as bench sync loads them; ^C stops
 //! $H raw --dir /tmp/sync                # the floor: every key read raw
@@ -409,9 +409,14 @@ async fn agent(dir: &Path, bin: &Path, callgrind_dump: bool) -> anyhow::Result<(
             .unwrap_or_default()
     };
     println!(
-        "agent: {:.1} ms to IPIdentitiesSynced, cpu {} ms, VmHWM {}, VmRSS {}",
+        "agent: {:.1} ms to IPIdentitiesSynced, cpu {} ms (user {} ms; {:.1} ms run by live \
+         threads, {} context switches), {} minor faults, VmHWM {}, VmRSS {}",
         elapsed.as_secs_f64() * 1000.0,
-        ticks_ms(&stat),
+        ticks_ms(&stat, &[11, 12]),
+        ticks_ms(&stat, &[11]),
+        thread_run_ms(process.pid()),
+        context_switches(process.pid()),
+        ticks_ms(&stat, &[7]) / 10,
         field("VmHWM:"),
         field("VmRSS:"),
     );
@@ -429,17 +434,49 @@ fn report(what: &str, keys: u64, elapsed: Duration, cpu_ms: u64, allocations: u6
 
 /// CPU time of this process in ms (user + system).
 fn cpu_ms() -> u64 {
-    std::fs::read_to_string("/proc/self/stat").map_or(0, |stat| ticks_ms(&stat))
+    std::fs::read_to_string("/proc/self/stat").map_or(0, |stat| ticks_ms(&stat, &[11, 12]))
 }
 
-fn ticks_ms(stat: &str) -> u64 {
+/// The sum of the `fields` of a `stat` line after the command name (11 utime, 12 stime), in
+/// ms.
+fn ticks_ms(stat: &str, fields_wanted: &[usize]) -> u64 {
     let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    [11, 12]
+    fields_wanted
         .iter()
         .filter_map(|&i| fields.get(i)?.parse::<u64>().ok())
         .sum::<u64>()
         * 10
+}
+
+/// The time every live thread of `pid` has run, from `schedstat` (nanoseconds, where `stat`
+/// counts 10 ms ticks).
+fn thread_run_ms(pid: u32) -> f64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0.0;
+    };
+    let ns: u64 = tasks
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok())
+        .filter_map(|line| line.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    ns as f64 / 1e6
+}
+
+/// Context switches of every live thread of `pid`, voluntary or not.
+fn context_switches(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("status")).ok())
+        .flat_map(|status| {
+            status
+                .lines()
+                .filter(|l| l.contains("ctxt_switches:"))
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .collect::<Vec<_>>()
+        })
+        .sum()
 }
 
 fn rss_kib() -> i64 {
