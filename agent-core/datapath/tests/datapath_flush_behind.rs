@@ -104,6 +104,11 @@ fn a_batch_written_behind_is_counted_once_done_without_another_batch() {
     flushed
         .recv_timeout(std::time::Duration::from_secs(30))
         .expect("the flush thread says when the batch is written");
+    assert_eq!(
+        writer.report().stats.written,
+        0,
+        "counted only once collected"
+    );
     writer.collect_flushed();
     let report = writer.report();
     assert_eq!(report.stats.written, 5_000);

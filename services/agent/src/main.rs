@@ -6,8 +6,8 @@ use anyhow::Context as _;
 use meshwork_agent::{AgentBuilder, Args};
 use tokio::signal::unix::{SignalKind, signal};
 
-// A sync allocates per remote entry on several threads at once, where glibc's arenas cost a
-// fifth of the agent's instructions (`cargo xtask bench sync`, README).
+// A sync allocates per remote entry on several threads at once, where glibc's malloc and free
+// were a fifth of the agent's instructions (callgrind of a sync; ARCHITECTURE.md, Memory).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

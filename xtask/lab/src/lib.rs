@@ -24,6 +24,7 @@ pub mod net;
 pub mod operator;
 pub mod paths;
 pub mod podman;
+pub mod proc_stat;
 pub mod process;
 pub mod prometheus;
 pub mod python_client;

@@ -34,6 +34,7 @@ use meshwork_kvstore::{EtcdBackend, EtcdConfig, WatchStore, WatchStoreOptions, k
 use meshwork_lab::agent::{AgentOptions, AgentProcess, write_cluster_config};
 use meshwork_lab::cilium::{Cluster, Sizes};
 use meshwork_lab::etcd::{EtcdOptions, EtcdServer};
+use meshwork_lab::proc_stat::{STAT_MINFLT, STAT_UTIME, cpu_time, stat_sum};
 use meshwork_proto::agent::v1::{SyncKind, WaitSyncedRequest, agent_client::AgentClient};
 use meshwork_types::{IpCacheDecoder, IpCacheEntryDecoder, RemoteEvent};
 use tokio_util::sync::CancellationToken;
@@ -409,19 +410,22 @@ async fn agent(dir: &Path, bin: &Path, callgrind_dump: bool) -> anyhow::Result<(
             .unwrap_or_default()
     };
     println!(
-        "agent: {:.1} ms to IPIdentitiesSynced, cpu {} ms (user {} ms; {:.1} ms run by live \
-         threads, {} context switches), {} minor faults, VmHWM {}, VmRSS {}",
+        "agent: {:.1} ms to IPIdentitiesSynced, cpu {:.1} ms (user {} ms in 10 ms ticks; {} \
+         context switches), {} minor faults, VmHWM {}, VmRSS {}",
         elapsed.as_secs_f64() * 1000.0,
-        ticks_ms(&stat, &[11, 12]),
-        ticks_ms(&stat, &[11]),
-        thread_run_ms(process.pid()),
+        ms(cpu_time(process.pid())),
+        stat_sum(&stat, &[STAT_UTIME]) * 10,
         context_switches(process.pid()),
-        ticks_ms(&stat, &[7]) / 10,
+        stat_sum(&stat, &[STAT_MINFLT]),
         field("VmHWM:"),
         field("VmRSS:"),
     );
     process.stop(Duration::from_secs(120));
     Ok(())
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
 }
 
 fn report(what: &str, keys: u64, elapsed: Duration, cpu_ms: u64, allocations: u64) {
@@ -434,32 +438,7 @@ fn report(what: &str, keys: u64, elapsed: Duration, cpu_ms: u64, allocations: u6
 
 /// CPU time of this process in ms (user + system).
 fn cpu_ms() -> u64 {
-    std::fs::read_to_string("/proc/self/stat").map_or(0, |stat| ticks_ms(&stat, &[11, 12]))
-}
-
-/// The sum of the `fields` of a `stat` line after the command name (11 utime, 12 stime), in
-/// ms.
-fn ticks_ms(stat: &str, fields_wanted: &[usize]) -> u64 {
-    let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    fields_wanted
-        .iter()
-        .filter_map(|&i| fields.get(i)?.parse::<u64>().ok())
-        .sum::<u64>()
-        * 10
-}
-
-/// The time every live thread of `pid` has run, from `schedstat` (nanoseconds, where `stat`
-/// counts 10 ms ticks).
-fn thread_run_ms(pid: u32) -> f64 {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return 0.0;
-    };
-    let ns: u64 = tasks
-        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok())
-        .filter_map(|line| line.split_whitespace().next()?.parse::<u64>().ok())
-        .sum();
-    ns as f64 / 1e6
+    u64::try_from(cpu_time(std::process::id()).as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Context switches of every live thread of `pid`, voluntary or not.

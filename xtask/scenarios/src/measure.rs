@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+pub use meshwork_lab::proc_stat::cpu_time;
+
 /// A benchmark's rounds, each a floor and its subject measured back to back, and the round's
 /// own ratio. The closing figure is the median of those paired ratios, never a ratio of two
 /// medians taken from different rounds: the shared machine's speed drifts between rounds,
@@ -120,62 +122,4 @@ pub fn quantile<T: Copy>(sorted: &[T], q: f64) -> T {
 /// `d` in milliseconds.
 pub fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
-}
-
-/// CPU time (user + system) process `pid` has used so far, or zero when `/proc` does not say.
-///
-/// The sum of its threads' run time from `schedstat` (nanoseconds): `/proc/<pid>/stat` counts
-/// in 10 ms ticks, which on a reader's 160 ms moved a round's CPU ratio by up to a tenth. A
-/// thread that ended is not in the sum; the processes measured here (etcd, the agent, this
-/// process's runtime) keep theirs for the whole measurement, and a process whose threads
-/// cannot be read falls back to the ticks.
-pub fn cpu_time(pid: u32) -> Duration {
-    thread_run_time(pid).unwrap_or_else(|| cpu_ticks(pid))
-}
-
-fn thread_run_time(pid: u32) -> Option<Duration> {
-    let mut ns = 0u64;
-    let mut threads = 0;
-    for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
-        // A thread may end between the listing and the read: it is skipped.
-        let Ok(line) = std::fs::read_to_string(task.ok()?.path().join("schedstat")) else {
-            continue;
-        };
-        ns += line.split_whitespace().next()?.parse::<u64>().ok()?;
-        threads += 1;
-    }
-    (threads > 0).then(|| Duration::from_nanos(ns))
-}
-
-fn cpu_ticks(pid: u32) -> Duration {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return Duration::ZERO;
-    };
-    // Fields after the command name, which is in parentheses and may hold spaces.
-    let Some((_, rest)) = stat.rsplit_once(')') else {
-        return Duration::ZERO;
-    };
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of the whole line: 11 and 12 after the name.
-    let ticks: u64 = [11, 12]
-        .iter()
-        .filter_map(|&i| fields.get(i).and_then(|f| f.parse::<u64>().ok()))
-        .sum();
-    // USER_HZ: /proc reports clock ticks of 10 ms on every Linux architecture we run on.
-    Duration::from_millis(ticks * 10)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cpu_time_is_read_per_thread_and_falls_back_to_nothing() {
-        let own = thread_run_time(std::process::id()).expect("this process's threads");
-        assert!(own > Duration::ZERO);
-        assert!(cpu_time(std::process::id()) >= own);
-        // No such process (pid_max is at most 2^22).
-        assert_eq!(thread_run_time(u32::MAX), None);
-        assert_eq!(cpu_time(u32::MAX), Duration::ZERO);
-    }
 }
