@@ -27,15 +27,24 @@ pub struct Binaries {
 /// be next to it.
 pub fn build() -> anyhow::Result<Binaries> {
     let exe = std::env::current_exe().context("finding the scenario binary's path")?;
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    if workspace.join("Cargo.toml").is_file() {
+        cargo_build(&workspace, &exe)?;
+    }
+    built()
+}
+
+/// The paths of `meshwork-agent`, `meshctl` and `meshwork-apiserver` next to this binary,
+/// without building them: for a test, whose workspace build already put them there. (A
+/// build from a test would compile them a second time: the test build's features differ,
+/// tokio's `test-util` among them.)
+pub fn built() -> anyhow::Result<Binaries> {
+    let exe = std::env::current_exe().context("finding the scenario binary's path")?;
     let binaries = Binaries {
         agent: exe.with_file_name("meshwork-agent"),
         meshctl: exe.with_file_name("meshctl"),
         apiserver: exe.with_file_name("meshwork-apiserver"),
     };
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    if workspace.join("Cargo.toml").is_file() {
-        cargo_build(&workspace, &exe)?;
-    }
     for path in [&binaries.agent, &binaries.meshctl, &binaries.apiserver] {
         if !path.is_file() {
             bail!(

@@ -55,6 +55,10 @@ pub struct Args {
     /// included) instead of on Meshwork meshed with itself.
     #[arg(long)]
     pub fixtures: bool,
+    /// Run the agent, meshctl and apiserver already next to this binary instead of building
+    /// them first, as a test does after its workspace build.
+    #[arg(long)]
+    pub no_build: bool,
 }
 
 /// Which scene a run uses.
@@ -129,7 +133,11 @@ pub struct RunReport {
 
 /// Runs both variants and prints the figures.
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let binaries = binaries::build()?;
+    let binaries = if args.no_build {
+        binaries::built()?
+    } else {
+        binaries::build()?
+    };
     let kind = if args.fixtures {
         SceneKind::Fixtures
     } else {
