@@ -33,6 +33,12 @@ pub trait KeyedValue {
     /// Calls `f` with the value's key, relative to the watched prefix: its UTF-8 text as
     /// bytes, so that finding a value by key costs no UTF-8 check.
     fn with_key<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R;
+
+    /// Whether every decoder of this type accepts a value only after comparing its
+    /// [`with_key`](Self::with_key) with the key it was found under. A store then need not
+    /// compare them again (a million ipcache keys rendered once each, not twice); otherwise
+    /// it does, and stores nothing under a key the value does not name.
+    const KEY_CHECKED_BY_DECODER: bool = false;
 }
 
 /// Why an entry was rejected. The watch store logs it, counts it and keeps the old value.

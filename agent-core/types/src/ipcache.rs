@@ -165,7 +165,37 @@ impl IpCacheDecoder {
             .map_err(|message| DecodeError::Invalid(format!("ipcache entry {key}: {message}")))
     }
 
+    /// Validates everything [`Self::validate`] does but the key, which the caller then
+    /// compares itself, with [`Self::key_mismatch`] as its error.
+    pub(crate) fn validate_fields(
+        &self,
+        key: &str,
+        pair: &IpIdentityPair,
+    ) -> Result<(), DecodeError> {
+        self.check_fields(pair)
+            .map_err(|message| DecodeError::Invalid(format!("ipcache entry {key}: {message}")))
+    }
+
+    /// The error of a `pair` whose `PrefixString()` is not `key`.
+    pub(crate) fn key_mismatch(key: &str, pair: &IpIdentityPair) -> DecodeError {
+        DecodeError::Invalid(format!(
+            "ipcache entry {key}: IP address does not match key: expected {key}, got {}",
+            PrefixString(pair)
+        ))
+    }
+
     fn check(&self, key: &str, pair: &IpIdentityPair) -> Result<(), String> {
+        self.check_fields(pair)?;
+        if !key_matches(pair, key) {
+            return Err(format!(
+                "IP address does not match key: expected {key}, got {}",
+                PrefixString(pair)
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_fields(&self, pair: &IpIdentityPair) -> Result<(), String> {
         let Some(ip) = pair.ip else {
             return Err("IP is missing".into());
         };
@@ -194,12 +224,6 @@ impl IpCacheDecoder {
                     pair.id
                 ));
             }
-        }
-        if !key_matches(pair, key) {
-            return Err(format!(
-                "IP address does not match key: expected {key}, got {}",
-                PrefixString(pair)
-            ));
         }
         Ok(())
     }

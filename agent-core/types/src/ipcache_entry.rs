@@ -76,6 +76,9 @@ impl KeyedValue for IpCacheEntry {
     fn with_key<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
         f(self.key().as_bytes())
     }
+
+    // `IpCacheEntryDecoder` is its only decoder.
+    const KEY_CHECKED_BY_DECODER: bool = true;
 }
 
 fn named_ports(ports: Vec<NamedPort>) -> Option<Box<NamedPorts>> {
@@ -115,18 +118,29 @@ impl IpCacheEntryDecoder {
             id: fields.id,
             ..IpIdentityPair::default()
         };
-        self.0.validate(key, &pair)?;
-        let prefix = pair
-            .prefix()
-            .ok_or_else(|| DecodeError::Invalid(format!("ipcache entry {key}: no valid prefix")))?;
-        Ok(IpCacheEntry {
+        self.0.validate_fields(key, &pair)?;
+        let Some(prefix) = pair.prefix() else {
+            // A key that does not match says so first, as the pair decoder would.
+            self.0.validate(key, &pair)?;
+            return Err(DecodeError::Invalid(format!(
+                "ipcache entry {key}: no valid prefix"
+            )));
+        };
+        let entry = IpCacheEntry {
             prefix,
             host_ip: fields.host_ip,
             identity: fields.id,
             encrypt_key: fields.key,
             host_key: fields.mask.is_none(),
             named_ports: named_ports(ports),
-        })
+        };
+        // The key Go compares (the pair's `PrefixString()`) checked on the key the entry
+        // renders, the one a store finds it by: rendered once, and the store need not check
+        // again (`KEY_CHECKED_BY_DECODER`). A test shows both decoders agree.
+        if !entry.with_key(|own| own == key.as_bytes()) {
+            return Err(IpCacheDecoder::key_mismatch(key, &pair));
+        }
+        Ok(entry)
     }
 
     /// Decodes with the full Go-compatible reader only.

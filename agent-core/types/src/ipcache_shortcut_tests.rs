@@ -248,3 +248,52 @@ fn the_form_cilium_writes_takes_the_shortcut() {
         assert!(ipcache_scan::scan(value).is_some());
     }
 }
+
+/// The entry decoder compares the key with the one the entry renders (the store's key), the
+/// pair decoder with Go's `PrefixString()`: over the corpus, every value either both accept
+/// or both reject for the same reason (values the two JSON readers take differently, and
+/// pairs that make no prefix, aside).
+#[test]
+fn the_entry_and_the_pair_decoder_check_the_key_alike() {
+    let pairs = IpCacheDecoder::new(Some(1));
+    let entries = IpCacheEntryDecoder(pairs.clone());
+    let keys = [
+        "10.1.2.3",
+        "10.1.2.3/32",
+        "10.1.2.3/24",
+        "::ffff:10.1.2.3",
+        "fd00::1",
+        "fd00::1/128",
+        "10.1.2.0/24",
+        "10.1.2.0/16",
+        "10.5.1.1",
+    ];
+    let (mut seed, mut compared, mut mismatches) = (0x2545_f491_4f6c_dd1d_u64, 0, 0);
+    for i in 0..200_000 {
+        let value = corpus_value(&mut seed);
+        let key = keys[i % keys.len()];
+        let (pair, entry) = (pairs.decode(key, &value), entries.decode(key, &value));
+        let outcome = |result: Result<String, crate::DecodeError>| match result {
+            Ok(_) => Some("accepted".to_owned()),
+            Err(crate::DecodeError::Invalid(message)) => Some(message),
+            Err(crate::DecodeError::Malformed(_)) => None,
+        };
+        let (Some(pair), Some(entry)) = (
+            outcome(pair.map(|p| format!("{p:?}"))),
+            outcome(entry.map(|e| format!("{e:?}"))),
+        ) else {
+            continue;
+        };
+        // A pair without a prefix (an IPv4-mapped address with a 128-bit mask) is no entry.
+        if entry.ends_with("no valid prefix") && pair == "accepted" {
+            continue;
+        }
+        assert_eq!(entry, pair, "{key}: {}", String::from_utf8_lossy(&value));
+        compared += 1;
+        mismatches += usize::from(entry.contains("does not match key"));
+    }
+    assert!(
+        compared > 10_000 && mismatches > 1_000,
+        "{compared} {mismatches}"
+    );
+}

@@ -334,7 +334,8 @@ async fn store(dir: &Path) -> anyhow::Result<()> {
         let cluster = ClusterRef::new(name.as_str(), 1);
         let forwarder = Forwarder::new(cluster, sinks.clone(), IpCacheRoute);
         let decoder = IpCacheEntryDecoder(IpCacheDecoder::new(Some(id)));
-        let mut store = WatchStore::new(decoder, forwarder, WatchStoreOptions::new(name));
+        let mut store =
+            WatchStore::keyed_by_value(decoder, forwarder, WatchStoreOptions::new(name));
         let cancel = CancellationToken::new();
         let listed = cancel.clone();
         // Stop at the end of the first list: the store is then what the agent holds.
