@@ -161,8 +161,11 @@ impl IpCacheDecoder {
 
     /// Validates a decoded `pair` found under `key` as a remote entry (see the type docs).
     pub fn validate(&self, key: &str, pair: &IpIdentityPair) -> Result<(), DecodeError> {
-        self.check(key, pair)
-            .map_err(|message| DecodeError::Invalid(format!("ipcache entry {key}: {message}")))
+        self.validate_fields(key, pair)?;
+        if !key_matches(pair, key) {
+            return Err(Self::key_mismatch(key, pair));
+        }
+        Ok(())
     }
 
     /// Validates everything [`Self::validate`] does but the key, which the caller then
@@ -182,17 +185,6 @@ impl IpCacheDecoder {
             "ipcache entry {key}: IP address does not match key: expected {key}, got {}",
             PrefixString(pair)
         ))
-    }
-
-    fn check(&self, key: &str, pair: &IpIdentityPair) -> Result<(), String> {
-        self.check_fields(pair)?;
-        if !key_matches(pair, key) {
-            return Err(format!(
-                "IP address does not match key: expected {key}, got {}",
-                PrefixString(pair)
-            ));
-        }
-        Ok(())
     }
 
     fn check_fields(&self, pair: &IpIdentityPair) -> Result<(), String> {

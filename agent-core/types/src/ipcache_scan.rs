@@ -76,7 +76,7 @@ enum Field<'a> {
     Other(&'a [u8]),
 }
 
-/// The exact names, each with its closing quote, by first byte.
+/// The exact names, each with its closing quote.
 const NAMES: [(&[u8], Field<'static>); 9] = [
     (b"IP\"", Field::Ip),
     (b"ID\"", Field::Id),
