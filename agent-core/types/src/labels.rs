@@ -171,13 +171,87 @@ impl fmt::Display for Label {
 
 /// A set of labels keyed (and ordered) by label key, like Cilium's `labels.Labels`: a key
 /// appears once; inserting it again replaces the earlier label.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Labels(
-    // Sorted by key, keys unique. A set holds a handful of labels: a sorted vector costs one
-    // allocation where a map costs a node and a copy of every key, and remote identities
-    // arrive by the ten thousand.
-    Vec<Label>,
-);
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct Labels {
+    // The kvstore form (`source:key=value;` per label, in key order) in one allocation, and
+    // where each label's parts lie in it (a part may hold `:`, `=` or `;`). Remote identities
+    // arrive by the ten thousand with their text in this form already: it is then kept as it
+    // stands, where a label of its own each cost an allocation and a copy.
+    text: Box<str>,
+    spans: Vec<Span>,
+}
+
+/// One label's parts in [`Labels::text`]: `source:key=value` from `start`, then `;`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Span {
+    start: usize,
+    source: usize,
+    key: usize,
+    value: usize,
+}
+
+impl Span {
+    fn key_bytes(self, text: &str) -> &[u8] {
+        let key = self.start + self.source + 1;
+        &text.as_bytes()[key..key + self.key]
+    }
+
+    fn label(self, text: &str) -> LabelRef<'_> {
+        let key = self.start + self.source + 1;
+        let value = key + self.key + 1;
+        LabelRef {
+            source: &text[self.start..self.start + self.source],
+            key: &text[key..key + self.key],
+            value: &text[value..value + self.value],
+        }
+    }
+}
+
+/// A label of a [`Labels`], borrowed from it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct LabelRef<'a> {
+    source: &'a str,
+    key: &'a str,
+    value: &'a str,
+}
+
+impl<'a> LabelRef<'a> {
+    /// Where the label comes from (`k8s`, `reserved`, `cidr`, …).
+    pub fn source(&self) -> &'a str {
+        self.source
+    }
+
+    /// The key.
+    pub fn key(&self) -> &'a str {
+        self.key
+    }
+
+    /// The value, empty for labels without one.
+    pub fn value(&self) -> &'a str {
+        self.value
+    }
+
+    /// The label, owned.
+    pub fn to_label(&self) -> Label {
+        Label::new(self.source, self.key, self.value)
+    }
+}
+
+impl PartialEq<Label> for LabelRef<'_> {
+    fn eq(&self, other: &Label) -> bool {
+        (self.source, self.key, self.value) == (other.source(), other.key(), other.value())
+    }
+}
+
+impl fmt::Debug for LabelRef<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Label")
+            .field("source", &self.source)
+            .field("key", &self.key)
+            .field("value", &self.value)
+            .finish()
+    }
+}
 
 impl Labels {
     /// No labels.
@@ -189,11 +263,48 @@ impl Labels {
     /// Cilium's `NewLabelArrayFromSortedList`: split on `;`, entries with an empty key skipped,
     /// a repeated key keeps the last label. Never fails.
     pub fn parse_kvstore(text: &str) -> Self {
-        // One allocation for the set: a label per `;` at most (the text after the last is
-        // empty in the kvstore form, and skipped).
-        let mut labels = Self(Vec::with_capacity(
-            text.bytes().filter(|&b| b == b';').count().max(1),
-        ));
+        Self::parse_canonical(text).unwrap_or_else(|| Self::parse_each(text))
+    }
+
+    /// `text` as it stands, when it is what [`Self::to_kvstore_string`] writes for the labels
+    /// [`Self::parse_each`] reads from it: every entry ends in `;`, is `source:key=value` as
+    /// [`Label::parse`] takes it as it stands, with a key, and the keys ascend strictly.
+    /// `None` otherwise.
+    fn parse_canonical(text: &str) -> Option<Self> {
+        // On bytes, with memchr: the separators are ASCII, and a label-sized scan byte by
+        // byte was most of an identity's decoding.
+        let bytes = text.as_bytes();
+        let mut spans: Vec<Span> = Vec::with_capacity(4);
+        let mut start = 0;
+        let mut previous: &[u8] = &[];
+        while start < bytes.len() {
+            let entry = &bytes[start..start + memchr::memchr(b';', &bytes[start..])?];
+            let colon = memchr::memchr(b':', entry)?;
+            let tail = &entry[colon + 1..];
+            let equals = memchr::memchr(b'=', tail)?;
+            let (source, key) = (&entry[..colon], &tail[..equals]);
+            let sorted = spans.is_empty() || previous < key;
+            if source.is_empty() || source[0] == b'$' || key.is_empty() || !sorted {
+                return None;
+            }
+            previous = key;
+            spans.push(Span {
+                start,
+                source: colon,
+                key: equals,
+                value: tail.len() - equals - 1,
+            });
+            start += entry.len() + 1;
+        }
+        Some(Self {
+            text: text.into(),
+            spans,
+        })
+    }
+
+    /// The general reading: each entry through [`Label::parse`], in key order.
+    fn parse_each(text: &str) -> Self {
+        let mut labels = Vec::new();
         let mut rest = text;
         loop {
             let (part, next) = split_once(rest, b';').unwrap_or((rest, ""));
@@ -201,80 +312,111 @@ impl Labels {
             if !part.is_empty() {
                 let label = Label::parse(part);
                 if !label.key().is_empty() {
-                    labels.insert(label);
+                    insert_sorted(&mut labels, label);
                 }
             }
             if next.is_empty() && part.len() == rest.len() {
-                return labels;
+                return Self::from_sorted(&labels);
             }
             rest = next;
+        }
+    }
+
+    /// The set of `labels`, sorted by key, keys unique.
+    fn from_sorted(labels: &[Label]) -> Self {
+        let mut text = String::with_capacity(labels.iter().map(|l| l.text.len() + 1).sum());
+        let mut spans = Vec::with_capacity(labels.len());
+        for label in labels {
+            spans.push(Span {
+                start: text.len(),
+                source: label.source_len,
+                key: label.key_len,
+                value: label.value().len(),
+            });
+            label.write_kvstore(&mut text);
+        }
+        Self {
+            text: text.into_boxed_str(),
+            spans,
         }
     }
 
     /// The kvstore form: every label as `source:key=value;`, sorted by key (Cilium's
     /// `SortedList`, byte for byte).
     pub fn to_kvstore_string(&self) -> String {
-        let mut out = String::with_capacity(self.0.iter().map(|l| l.text.len() + 1).sum());
-        for label in &self.0 {
-            label.write_kvstore(&mut out);
-        }
-        out
+        self.text.to_string()
     }
 
     /// Adds `label`, returning the label it replaced (same key).
     pub fn insert(&mut self, label: Label) -> Option<Label> {
-        match self.position(label.key()) {
-            Ok(at) => Some(std::mem::replace(&mut self.0[at], label)),
-            Err(at) => {
-                self.0.insert(at, label);
-                None
-            }
-        }
+        let mut labels: Vec<Label> = self.iter().map(|l| l.to_label()).collect();
+        let replaced = insert_sorted(&mut labels, label);
+        *self = Self::from_sorted(&labels);
+        replaced
     }
 
     /// The label with key `key`.
-    pub fn get(&self, key: &str) -> Option<&Label> {
-        self.position(key).ok().map(|at| &self.0[at])
+    pub fn get(&self, key: &str) -> Option<LabelRef<'_>> {
+        // Keys compared as bytes (the order of `str`), with no slicing of the text per step.
+        let at = self
+            .spans
+            .binary_search_by(|span| span.key_bytes(&self.text).cmp(key.as_bytes()))
+            .ok()?;
+        Some(self.spans[at].label(&self.text))
     }
 
     /// The labels in key order.
-    pub fn iter(&self) -> impl Iterator<Item = &Label> {
-        self.0.iter()
+    pub fn iter(&self) -> impl Iterator<Item = LabelRef<'_>> {
+        self.spans.iter().map(|span| span.label(&self.text))
     }
 
     /// Number of labels.
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.spans.len()
     }
 
     /// Whether there are no labels.
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.spans.is_empty()
     }
+}
 
-    fn position(&self, key: &str) -> Result<usize, usize> {
-        // Sorted input (the kvstore form is) appends: check the end first.
-        match self.0.last() {
-            Some(last) if last.key() < key => Err(self.0.len()),
-            _ => self.0.binary_search_by(|label| label.key().cmp(key)),
+/// Puts `label` into `labels` (sorted by key, keys unique), returning the label it replaced.
+fn insert_sorted(labels: &mut Vec<Label>, label: Label) -> Option<Label> {
+    // Sorted input (the kvstore form is) appends: check the end first.
+    let at = match labels.last() {
+        Some(last) if last.key() < label.key() => Err(labels.len()),
+        _ => labels.binary_search_by(|l| l.key().cmp(label.key())),
+    };
+    match at {
+        Ok(at) => Some(std::mem::replace(&mut labels[at], label)),
+        Err(at) => {
+            labels.insert(at, label);
+            None
         }
     }
 }
 
 impl FromIterator<Label> for Labels {
     fn from_iter<I: IntoIterator<Item = Label>>(iter: I) -> Self {
-        let mut labels = Self::new();
+        let mut labels = Vec::new();
         for label in iter {
-            labels.insert(label);
+            insert_sorted(&mut labels, label);
         }
-        labels
+        Self::from_sorted(&labels)
+    }
+}
+
+impl fmt::Debug for Labels {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
     }
 }
 
 impl fmt::Display for Labels {
     /// The kvstore form, see [`Labels::to_kvstore_string`].
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.to_kvstore_string())
+        f.write_str(&self.text)
     }
 }
 
@@ -384,10 +526,59 @@ mod tests {
     }
 
     #[test]
+    fn the_kvstore_form_taken_as_it_stands_reads_as_each_label_read_alone() {
+        // Entries the shortcut takes and entries it must leave to the general reading: short
+        // forms, empty keys and parts, separators inside values, a reserved key without value.
+        let entries = [
+            "k8s:app=foo",
+            "k8s:io.cilium.k8s.policy.cluster=c1",
+            "unspec:a=3",
+            "k8s:a=b=c",
+            "container:a:b=c",
+            "reserved:host=",
+            "reserved:=host",
+            "$host",
+            "$host:x=y",
+            "k8s:=v",
+            "k8s:app",
+            ":app=x",
+            "app=foo",
+            "",
+            "cidr:10.0.0.0/8=",
+        ];
+        let mut taken = 0;
+        for a in entries {
+            for b in entries {
+                for c in entries {
+                    for end in ["", ";"] {
+                        let text = format!("{a};{b};{c}{end}");
+                        let labels = Labels::parse_kvstore(&text);
+                        assert_eq!(labels, Labels::parse_each(&text), "{text:?}");
+                        assert_eq!(
+                            Labels::parse_kvstore(&labels.to_kvstore_string()),
+                            labels,
+                            "{text:?}"
+                        );
+                        if Labels::parse_canonical(&text).is_some() {
+                            taken += 1;
+                        }
+                    }
+                }
+            }
+        }
+        // Sorted, distinct keys with the final `;`: the case remote identities arrive in.
+        assert!(taken > 0, "the shortcut was never taken");
+        let identity = "k8s:app=a;k8s:io.cilium.k8s.policy.cluster=c1;k8s:io.kubernetes.pod.namespace=default;";
+        assert!(Labels::parse_canonical(identity).is_some());
+        assert!(Labels::parse_canonical("k8s:b=1;k8s:a=2;").is_none());
+        assert!(Labels::parse_canonical("k8s:a=1;k8s:a=2;").is_none());
+    }
+
+    #[test]
     fn unsorted_and_odd_input() {
         let labels = Labels::parse_kvstore("k8s:b=2;;k8s:a=1;unspec:a=3;=x;");
         assert_eq!(labels.len(), 2, "empty keys skipped, repeated key replaced");
-        assert_eq!(labels.get("a"), Some(&Label::new("unspec", "a", "3")));
+        assert_eq!(labels.get("a").unwrap(), Label::new("unspec", "a", "3"));
         assert_eq!(labels.to_kvstore_string(), "unspec:a=3;k8s:b=2;");
         assert!(Labels::parse_kvstore("").is_empty());
         assert_eq!(Label::new("k8s", "app", "").to_string(), "k8s:app");

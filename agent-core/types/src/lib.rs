@@ -48,7 +48,7 @@ pub use ipcache::{IpCacheDecoder, IpIdentityPair, NamedPort};
 pub use ipcache_entry::{IpCacheEntry, IpCacheEntryDecoder};
 pub use kinds::{Resource, SyncKind};
 pub use labels::{
-    LABEL_SOURCE_K8S, LABEL_SOURCE_RESERVED, LABEL_SOURCE_UNSPEC, Label, Labels,
+    LABEL_SOURCE_K8S, LABEL_SOURCE_RESERVED, LABEL_SOURCE_UNSPEC, Label, LabelRef, Labels,
     POLICY_LABEL_CLUSTER,
 };
 pub use names::validate_node_name;
