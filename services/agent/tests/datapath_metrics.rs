@@ -20,9 +20,9 @@ const POD_IP: &str = "10.214.7.10";
 const GATEWAY: &str = "10.214.7.1";
 /// In no ipcache entry: dropped as `unknown_destination`.
 const UNKNOWN: &str = "10.214.99.99";
-/// One of c2's ipcache entries (`meshwork_lab::cilium`), whose identity the pod may not
-/// reach: dropped as `policy_denied`.
-const DENIED: &str = "10.202.0.1";
+/// One of c2's ipcache entries (`meshwork_lab::cilium`: its entry 1), whose identity the pod
+/// may not reach: dropped as `policy_denied`.
+const DENIED: &str = "10.2.0.1";
 
 /// The value of the sample `series` (name and labels, exactly as encoded).
 fn sample(metrics: &str, series: &str) -> Option<f64> {
@@ -80,6 +80,10 @@ fn datapath_series_count_regenerations_map_entries_and_real_drops() {
     // c2: 10 ipcache entries, one global service with one backend, two nodes.
     let remote = EtcdServer::start().unwrap();
     let c2 = common::small_c2();
+    assert!(
+        c2.ipcache(1).0.ends_with(&format!("/{DENIED}")),
+        "DENIED is c2's entry"
+    );
     common::load_blocking(&remote, &c2);
     let config = dir.path().join("clustermesh");
     write_cluster_config(&config, &c2.name, &remote.endpoint()).unwrap();

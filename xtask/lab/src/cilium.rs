@@ -23,6 +23,12 @@ pub struct Sizes {
 }
 
 /// One cluster's name, ID and sizes.
+///
+/// Addresses (data in etcd; no test routes them): pods in `10.<id>.0.0/16` (entries past the
+/// 65,536th in `100.64.0.0/10`, shared by every cluster), node `n`'s pod CIDR
+/// `10.<id>.<n>.0/24` with its router IP `.1`, nodes in `172.16.0.0/12` ([`Self::host_ip`]).
+/// Every ID of 1..=255 gives valid, distinct addresses: an earlier `10.<200 + id>` scheme
+/// was not an address past ID 55, and kvstoremesh rightly refused those entries.
 #[derive(Debug, Clone)]
 pub struct Cluster {
     /// Cluster name.
@@ -80,16 +86,27 @@ impl Cluster {
         )
     }
 
+    /// Node `i`'s address: `172.16.0.0/12`, 4,096 nodes per cluster.
+    pub fn host_ip(&self, i: u32) -> String {
+        let (id, i) = (self.id & 0xff, i & 0xfff);
+        format!(
+            "172.{}.{}.{}",
+            16 + (id >> 4),
+            ((id & 15) << 4) | (i >> 8),
+            i & 0xff
+        )
+    }
+
     /// One entry of the fixture (see the type docs).
     pub fn node(&self, i: u32) -> (String, Vec<u8>) {
         let name = self.node_name(i);
         let value = json!({
             "Name": name, "Cluster": self.name,
             "IPAddresses": [
-                {"Type": "InternalIP", "IP": format!("10.{}.{}.{}", 100 + self.id, i >> 8, i & 0xff)},
-                {"Type": "CiliumInternalIP", "IP": format!("10.{}.{}.1", 200 + self.id, i & 0xff)},
+                {"Type": "InternalIP", "IP": self.host_ip(i)},
+                {"Type": "CiliumInternalIP", "IP": format!("10.{}.{}.1", self.id, i & 0xff)},
             ],
-            "IPv4AllocCIDR": {"IP": format!("10.{}.{}.0", 200 + self.id, i & 0xff), "Mask": "////AA=="},
+            "IPv4AllocCIDR": {"IP": format!("10.{}.{}.0", self.id, i & 0xff), "Mask": "////AA=="},
             "IPv6AllocCIDR": null, "IPv4HealthIP": "", "IPv6HealthIP": "",
             "IPv4IngressIP": "", "IPv6IngressIP": "",
             "ClusterID": self.id, "Source": "custom-resource", "EncryptionKey": 0,
@@ -109,7 +126,7 @@ impl Cluster {
         let value = json!({
             "cluster": self.name, "namespace": "default", "name": name,
             "frontends": {format!("172.20.{}.{}", i >> 8, i & 0xff): {"http": {"Protocol": "TCP", "Port": 80}}},
-            "backends": {format!("10.{}.{}.{}", 200 + self.id, i & 0xff, 10): port},
+            "backends": {format!("10.{}.{}.{}", self.id, i & 0xff, 10): port},
             "labels": {}, "selector": {"app": name}, "includeExternal": true, "shared": true,
             "clusterID": self.id,
         });
@@ -133,16 +150,15 @@ impl Cluster {
 
     /// One entry of the fixture (see the type docs).
     pub fn ipcache(&self, i: u32) -> (String, Vec<u8>) {
-        let ip = format!("10.{}.{}.{}", 200 + self.id, (i >> 8) & 0xff, i & 0xff);
         let ip = if i >> 16 == 0 {
-            ip
+            format!("10.{}.{}.{}", self.id, (i >> 8) & 0xff, i & 0xff)
         } else {
-            format!("10.{}.{}.{}", 150 + (i >> 16), (i >> 8) & 0xff, i & 0xff)
+            format!("100.{}.{}.{}", 64 + (i >> 16), (i >> 8) & 0xff, i & 0xff)
         };
         let node = (i >> 8) % self.sizes.nodes.max(1);
         let value = json!({
             "IP": ip, "Mask": null,
-            "HostIP": format!("10.{}.{}.{}", 100 + self.id, node >> 8, node & 0xff),
+            "HostIP": self.host_ip(node),
             "ID": self.identity(i % self.sizes.identities.max(1)), "Key": 0,
             "Metadata": format!("cilium-global:default:{}:{i}", self.node_name(node)),
             "K8sNamespace": "default", "K8sPodName": format!("pod-{i}"),
