@@ -4,7 +4,8 @@
 //! ipcache keys are about 15 MB): every page after the first reads at the first page's
 //! revision, so a list is one consistent snapshot, and the next page is fetched while the
 //! caller decodes the current one. A page that still comes back too large is asked for again
-//! with half the limit.
+//! with half the limit. Pages are read through a codec of our own (see [`range`]): a page is
+//! the response as it came, not a vector per key and value.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,12 +15,15 @@ use etcd_client::{
     TxnOpResponse,
 };
 use tokio::sync::mpsc;
+use tonic::transport::{Channel, Endpoint};
 
 use super::keys::prefix_range_end;
 use super::{EtcdConfig, KvstoreError};
 
+mod range;
 mod watch;
 
+pub use range::{KeyValueRef, ListPage};
 pub(crate) use watch::{WATCH_DECODE_LIMIT, events_of};
 pub use watch::{Watch, WatchEvent};
 
@@ -27,11 +31,15 @@ pub use watch::{Watch, WatchEvent};
 pub const DEFAULT_PAGE_SIZE: i64 = 1000;
 /// Deadline of unary requests (watches are streams and have none).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+/// HTTP/2 ping interval and how long an unanswered ping may wait.
+const KEEPALIVE: Duration = Duration::from_secs(5);
 
 /// A connection to one etcd cluster. Cheap to clone; clones share the connection.
 #[derive(Clone)]
 pub struct EtcdBackend {
     client: Client,
+    /// The channel `client` runs on, for the calls made through our own codecs.
+    channel: Channel,
     endpoints: String,
     /// Set by [`EtcdBackend::with_shared_watches`].
     hubs: Arc<[watch::HubSlot]>,
@@ -43,18 +51,6 @@ impl std::fmt::Debug for EtcdBackend {
             .field("endpoints", &self.endpoints)
             .finish_non_exhaustive()
     }
-}
-
-/// One page of a paginated list.
-#[derive(Debug)]
-pub struct ListPage {
-    /// The key/value pairs, in key order.
-    pub kvs: Vec<etcd_client::KeyValue>,
-    /// The revision the whole list reads at.
-    pub revision: i64,
-    /// Keys in the range from this page's first key on, this page included (etcd's
-    /// `count`): on the first page, the size of the whole list.
-    pub remaining: i64,
 }
 
 /// What [`EtcdBackend::get_all_and_list`] read, all at one revision.
@@ -108,15 +104,11 @@ impl EtcdBackend {
     pub async fn connect(config: &EtcdConfig, timeout: Duration) -> Result<Self, KvstoreError> {
         config.validate()?;
         let endpoints = config.endpoints.join(",");
-        let mut options = ConnectOptions::new()
-            .with_connect_timeout(timeout)
-            // Keepalives notice a silently dead peer (a partition) on long-lived watches.
-            .with_keep_alive(Duration::from_secs(5), Duration::from_secs(5))
-            .with_keep_alive_while_idle(true);
-        if let Some(tls) = config.tls_options()? {
-            options = options.with_tls(tls);
-        }
-        let connect = Client::connect(&config.endpoints, Some(options));
+        let channel = channel(config, timeout)?;
+        let connect = Client::from_channel(
+            etcd_client::Channel::Tonic(channel.clone()),
+            Some(ConnectOptions::new()),
+        );
         let client = tokio::time::timeout(timeout, connect)
             .await
             .map_err(|_| KvstoreError::Timeout(format!("connect to {endpoints}")))?
@@ -126,6 +118,7 @@ impl EtcdBackend {
             })?;
         let backend = Self {
             client,
+            channel,
             endpoints,
             hubs: Arc::new([]),
         };
@@ -209,12 +202,8 @@ impl EtcdBackend {
             })
             .collect();
         let listed = match list {
-            Some(_) => gets.pop().flatten().and_then(|mut get| {
-                (!get.more()).then(|| ListPage {
-                    remaining: get.count(),
-                    kvs: get.take_kvs(),
-                    revision,
-                })
+            Some(_) => gets.pop().flatten().and_then(|get| {
+                (!get.more()).then(|| ListPage::from_key_values(get.kvs(), revision, get.count()))
             }),
             None => None,
         };
@@ -428,32 +417,24 @@ impl EtcdBackend {
         revision: i64,
         limit: i64,
     ) -> Result<(ListPage, bool), KvstoreError> {
-        let end = prefix_range_end(prefix.as_bytes());
+        let range_end = prefix_range_end(prefix.as_bytes());
         let mut limit = limit.max(1);
         loop {
             // Serializable, as Cilium's paginated list: later pages read at the first page's
             // revision, so a quorum round per page would buy nothing.
-            let mut options = GetOptions::new()
-                .with_range(end.clone())
-                .with_limit(limit)
-                .with_serializable();
-            if revision > 0 {
-                options = options.with_revision(revision);
-            }
+            let request = range::RangeRequest {
+                key: from.to_vec(),
+                range_end: range_end.clone(),
+                limit,
+                revision: revision.max(0),
+                serializable: true,
+            };
             let operation = format!("range {prefix}");
-            match with_deadline(&operation, self.kv().get(from.to_vec(), Some(options))).await {
-                Ok(mut response) => {
-                    let revision = if revision > 0 {
-                        revision
-                    } else {
-                        response.header().map_or(0, |h| h.revision())
-                    };
-                    let more = response.more();
-                    let page = ListPage {
-                        remaining: response.count(),
-                        kvs: response.take_kvs(),
-                        revision,
-                    };
+            match with_deadline(&operation, self.range(request, limit)).await {
+                Ok(range::RangeResponse { mut page, more }) => {
+                    if revision > 0 {
+                        page.revision = revision;
+                    }
                     return Ok((page, more));
                 }
                 Err(err) if err.is_message_too_large() && limit > 1 => {
@@ -463,6 +444,27 @@ impl EtcdBackend {
                 Err(err) => return Err(err),
             }
         }
+    }
+
+    /// One `Range` call through the in-place codec, on the client's channel (the size limit
+    /// of a response is tonic's default, 4 MiB, as etcd-client's).
+    async fn range(
+        &self,
+        request: range::RangeRequest,
+        limit: i64,
+    ) -> Result<range::RangeResponse, etcd_client::Error> {
+        let mut grpc = tonic::client::Grpc::new(self.channel.clone());
+        grpc.ready().await.map_err(|err| {
+            etcd_client::Error::GRpcStatus(tonic::Status::unavailable(err.to_string()))
+        })?;
+        let path = http::uri::PathAndQuery::from_static(range::RANGE_PATH);
+        let codec = range::RangeCodec {
+            limit: usize::try_from(limit).unwrap_or(0),
+        };
+        let response = grpc
+            .unary(tonic::Request::new(request), path, codec)
+            .await?;
+        Ok(response.into_inner())
     }
 
     /// Lists every key under `prefix` as one consistent snapshot, `page_size` keys per page.
@@ -489,12 +491,12 @@ impl EtcdBackend {
                     }
                 };
                 revision = page.revision;
-                if let Some(last) = page.kvs.last() {
+                if let Some(last) = page.last() {
                     from = last.key().to_vec();
                     // The smallest key after `last`.
                     from.push(0);
                 }
-                let done = !more || page.kvs.is_empty();
+                let done = !more || page.is_empty();
                 if tx.send(Ok(page)).await.is_err() || done {
                     return;
                 }
@@ -502,6 +504,45 @@ impl EtcdBackend {
         });
         rx
     }
+}
+
+/// A channel to `config`'s endpoints, balanced over them, as etcd-client builds its own: TLS
+/// for `https://` URLs (and bare ones when TLS files are given), keepalives that notice a
+/// silently dead peer (a partition) on long-lived watches.
+fn channel(config: &EtcdConfig, connect_timeout: Duration) -> Result<Channel, KvstoreError> {
+    let tls = config.tls_options()?;
+    let endpoints = config
+        .endpoints
+        .iter()
+        .map(|url| {
+            let (url, secure) = if url.starts_with("http://") {
+                (url.clone(), false)
+            } else if url.starts_with("https://") {
+                (url.clone(), true)
+            } else if tls.is_some() {
+                (format!("https://{url}"), true)
+            } else {
+                (format!("http://{url}"), false)
+            };
+            let bad = |error: &dyn std::fmt::Display| {
+                KvstoreError::Config(format!("endpoint {url}: {error}"))
+            };
+            let mut endpoint = Endpoint::from_shared(url.clone()).map_err(|e| bad(&e))?;
+            if secure {
+                endpoint = endpoint
+                    .tls_config(tls.clone().unwrap_or_default())
+                    .map_err(|e| bad(&e))?;
+            } else if tls.is_some() {
+                return Err(bad(&"TLS files are given for a plain http:// endpoint"));
+            }
+            Ok(endpoint
+                .keep_alive_while_idle(true)
+                .http2_keep_alive_interval(KEEPALIVE)
+                .keep_alive_timeout(KEEPALIVE)
+                .connect_timeout(connect_timeout))
+        })
+        .collect::<Result<Vec<_>, KvstoreError>>()?;
+    Ok(Channel::balance_list(endpoints.into_iter()))
 }
 
 pub(crate) async fn with_deadline<T>(

@@ -82,13 +82,13 @@ impl Writer {
         for (prefix, exact) in ranges.chain(keys.iter().map(|k| (k.clone(), true))) {
             let mut pages = self.backend.list(&prefix, PAGE_SIZE);
             while let Some(page) = pages.recv().await {
-                for kv in page?.kvs {
+                for kv in page?.kvs() {
                     if exact && kv.key() != prefix.as_bytes() {
                         continue;
                     }
                     let lease = kv.lease();
-                    let (key, value) = kv.into_key_value();
-                    let key = String::from_utf8_lossy(&key).into_owned();
+                    let (key, value) = (kv.key(), kv.value().to_vec());
+                    let key = String::from_utf8_lossy(key).into_owned();
                     if self.written.contains_key(&key) {
                         continue;
                     }

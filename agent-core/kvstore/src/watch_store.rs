@@ -333,7 +333,7 @@ impl<D: Decoder, O: Observer<D::Value>, T: StoreTable<D::Value>> WatchStore<D, O
                     .min(MAX_PRESIZE);
                 self.state.reserve_for_list(expected);
             }
-            for kv in &page.kvs {
+            for kv in page.kvs() {
                 self.upsert(prefix, kv.key(), kv.value(), kv.mod_revision());
             }
             self.observer.flush();

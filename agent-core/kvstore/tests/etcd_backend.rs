@@ -260,3 +260,97 @@ async fn get_all_reads_present_and_absent_keys_at_one_revision() {
     assert_eq!(values, [Some(b"1".to_vec()), None, Some(b"3".to_vec())]);
     assert_eq!(revision, written, "read at the last write's revision");
 }
+
+#[tokio::test]
+#[ignore = "needs real etcd: `cargo xtask test` runs it"]
+async fn list_pages_read_in_place_hold_what_etcd_clients_range_answers() {
+    init_tracing();
+    let server = EtcdServer::start().unwrap();
+    let backend = connect(&server).await;
+    let lease = backend.lease_grant(60).await.unwrap();
+    for i in 0..40 {
+        let key = format!("p/{i:02}");
+        // Empty values, values under a lease, keys written twice (version 2).
+        let value = if i % 5 == 0 {
+            String::new()
+        } else {
+            "v".repeat(i * 13)
+        };
+        match i % 3 {
+            0 => backend.put_with_lease(&key, value, lease).await.unwrap(),
+            1 => {
+                backend.put(&key, "first").await.unwrap();
+                backend.put(&key, value).await.unwrap();
+            }
+            _ => {
+                backend.put(&key, value).await.unwrap();
+            }
+        }
+    }
+    backend.put("q/outside", "x").await.unwrap();
+
+    let options = etcd_client::GetOptions::new().with_prefix();
+    let reference = backend
+        .client()
+        .kv_client()
+        .get("p/", Some(options))
+        .await
+        .unwrap();
+    let expected: Vec<_> = reference
+        .kvs()
+        .iter()
+        .map(|kv| {
+            let numbers = (
+                kv.create_revision(),
+                kv.mod_revision(),
+                kv.version(),
+                kv.lease(),
+            );
+            (kv.key().to_vec(), kv.value().to_vec(), numbers)
+        })
+        .collect();
+    assert_eq!(expected.len(), 40);
+    let revision = reference.header().unwrap().revision();
+
+    let mut listed = Vec::new();
+    let mut pages = backend.list("p/", 7);
+    let mut first = true;
+    while let Some(page) = pages.recv().await {
+        let page = page.unwrap();
+        assert_eq!(page.revision, revision, "every page at the list's revision");
+        if std::mem::take(&mut first) {
+            assert_eq!(page.remaining, 40, "the first page counts the whole list");
+        }
+        listed.extend(page.kvs().map(|kv| {
+            let numbers = (
+                kv.create_revision(),
+                kv.mod_revision(),
+                kv.version(),
+                kv.lease(),
+            );
+            (kv.key().to_vec(), kv.value().to_vec(), numbers)
+        }));
+    }
+    assert_eq!(listed, expected);
+
+    // The same keys read in a transaction (the page read along with a cluster config).
+    let read = backend
+        .get_all_and_list(&["q/outside"], "p/", 64)
+        .await
+        .unwrap();
+    let page = read.listed.expect("40 keys fit the limit");
+    let in_txn: Vec<_> = page
+        .kvs()
+        .map(|kv| {
+            let numbers = (
+                kv.create_revision(),
+                kv.mod_revision(),
+                kv.version(),
+                kv.lease(),
+            );
+            (kv.key().to_vec(), kv.value().to_vec(), numbers)
+        })
+        .collect();
+    assert_eq!(in_txn, expected);
+    assert_eq!((page.revision, page.remaining), (revision, 40));
+}

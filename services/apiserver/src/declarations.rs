@@ -52,7 +52,7 @@ pub async fn load(backend: &EtcdBackend, cluster: &str) -> Result<Vec<ServiceSpe
     let mut specs = Vec::new();
     let mut pages = backend.list(&prefix(cluster), 1000);
     while let Some(page) = pages.recv().await {
-        for kv in page?.kvs {
+        for kv in page?.kvs() {
             let key = String::from_utf8_lossy(kv.key()).into_owned();
             match decode(kv.value()) {
                 Ok(spec) => specs.push(spec),

@@ -8,7 +8,8 @@
 //!     -p meshwork-apiserver --bins --example sync_profile   # the bench's package set
 //! H=target/release/examples/sync_profile
 //! $H serve --dir /tmp/sync &            # 4 etcds loaded as bench sync loads them; ^C stops
-//! $H raw --dir /tmp/sync                # the floor: every key read raw
+//! $H raw --dir /tmp/sync                # the floor: every key read raw (etcd-client's Range)
+//! $H raw --dir /tmp/sync --in-place     # the same keys read as the agent's lists read them
 //! $H store --dir /tmp/sync              # the agent's ipcache path in process: allocations
 //!                                       # and heap bytes per entry
 //! $H agent --dir /tmp/sync --bin target/release/meshwork-agent   # start → IPIdentitiesSynced
@@ -30,6 +31,7 @@ use meshwork_clustermesh::barrier_actor::BarrierUpdate;
 use meshwork_clustermesh::events::{
     ClusterRef, Forwarder, IdentityEvents, IpCacheRoute, RemoteEvents, Sinks,
 };
+use meshwork_clustermesh::remote_cluster::prefixes::ClusterPrefixes;
 use meshwork_kvstore::{EtcdBackend, EtcdConfig, WatchStore, WatchStoreOptions, keys};
 use meshwork_lab::agent::{AgentOptions, AgentProcess, write_cluster_config};
 use meshwork_lab::cilium::{Cluster, Sizes};
@@ -73,6 +75,11 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
+// The bench's floor itself, not a copy of it.
+#[path = "../src/floor.rs"]
+#[allow(dead_code)]
+mod floor;
+
 #[derive(Parser)]
 struct Cli {
     #[command(subcommand)]
@@ -96,10 +103,28 @@ enum Command {
         #[arg(long, default_value_t = 500)]
         services: u32,
     },
-    /// Reads every key the agent reads, raw, as the bench's floor does.
+    /// One local etcd holding `clusters` remotes in kvstoremesh's cache layout (configs with
+    /// `cached`, entries under `cilium/cache/`, the cache canaries), as `bench mesh-scale`'s
+    /// filled cache, with `<dir>/clustermesh` pointing every remote at it; runs until ^C.
+    ServeCache {
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long, default_value_t = 250)]
+        clusters: u32,
+        #[arg(long, default_value_t = 1_000)]
+        ipcache: u32,
+        #[arg(long, default_value_t = 100)]
+        identities: u32,
+        #[arg(long, default_value_t = 100)]
+        nodes: u32,
+    },
+    /// Reads every key the agent reads, raw, as the bench's floor does (etcd-client's Range).
     Raw {
         #[arg(long)]
         dir: PathBuf,
+        /// Read the pages as the agent's lists do instead (in place, `ListPage`).
+        #[arg(long)]
+        in_place: bool,
     },
     /// Every cluster's ipcache through the agent's store and forwarder, in process.
     Store {
@@ -117,6 +142,12 @@ enum Command {
         /// so the first dump is the sync alone, without the shutdown.
         #[arg(long)]
         callgrind_dump: bool,
+        /// The agent's cluster ID (255 behind `serve-cache`, whose remotes take 1..=250).
+        #[arg(long, default_value_t = 200)]
+        cluster_id: u32,
+        /// The agent's `RUST_LOG`; its log is then kept in `<dir>/agent-state/`.
+        #[arg(long)]
+        log: Option<String>,
     },
 }
 
@@ -138,12 +169,29 @@ fn main() -> anyhow::Result<()> {
             };
             runtime()?.block_on(serve(&dir, clusters, sizes))
         }
-        Command::Raw { dir } => runtime()?.block_on(raw(&dir)),
+        Command::ServeCache {
+            dir,
+            clusters,
+            ipcache,
+            identities,
+            nodes,
+        } => {
+            let sizes = Sizes {
+                nodes,
+                services: 0,
+                identities,
+                ipcache,
+            };
+            runtime()?.block_on(serve_cache(&dir, clusters, sizes))
+        }
+        Command::Raw { dir, in_place } => runtime()?.block_on(raw(&dir, in_place)),
         Command::Agent {
             dir,
             bin,
             callgrind_dump,
-        } => runtime()?.block_on(agent(&dir, &bin, callgrind_dump)),
+            cluster_id,
+            log,
+        } => runtime()?.block_on(agent(&dir, &bin, callgrind_dump, cluster_id, log)),
         Command::Store { dir } => actix::System::new().block_on(store(&dir)),
     }
 }
@@ -207,6 +255,58 @@ async fn serve(dir: &Path, count: u32, sizes: Sizes) -> anyhow::Result<()> {
     Ok(())
 }
 
+async fn serve_cache(dir: &Path, count: u32, sizes: Sizes) -> anyhow::Result<()> {
+    let config = dir.join("clustermesh");
+    std::fs::create_dir_all(&config)?;
+    let server = EtcdServer::start_with(EtcdOptions {
+        max_txn_ops: Some(10_000),
+        data_in_memory: true,
+        name: Some("cache".to_owned()),
+        ..EtcdOptions::default()
+    })?;
+    let backend = connect(&server.endpoint()).await?;
+    for id in 1..=count {
+        let cluster = Cluster {
+            name: format!("cluster-{id}"),
+            id,
+            sizes,
+        };
+        let (state, cache) = (
+            ClusterPrefixes::new(&cluster.name, false),
+            ClusterPrefixes::new(&cluster.name, true),
+        );
+        let moves = [
+            (&state.nodes, &cache.nodes),
+            (&state.services, &cache.services),
+            (&state.identities, &cache.identities),
+            (&state.ipcache, &cache.ipcache),
+        ];
+        let entries = cluster.state().into_iter().filter_map(|(key, value)| {
+            moves.iter().find_map(|(from, to)| {
+                let rest = key.strip_prefix(&format!("{}/", from.watch))?;
+                Some((format!("{}/{rest}", to.watch), value.clone()))
+            })
+        });
+        backend.put_many(entries, 1000).await?;
+        let (key, _) = cluster.config();
+        let value = serde_json::json!({"id": id, "capabilities": {
+            "syncedCanaries": true, "cached": true, "maxConnectedClusters": 255}});
+        backend.put(&key, value.to_string()).await?;
+        let canaries = moves.map(|(_, to)| {
+            let key = format!("{}/{}/{}", keys::SYNCED_PREFIX, cluster.name, to.canary);
+            (key, b"2026-12-01T00:00:00Z".to_vec())
+        });
+        backend.put_many(canaries, 1000).await?;
+        write_cluster_config(&config, &cluster.name, &server.endpoint())?;
+    }
+    println!(
+        "ready: {} ({count} remotes cached in one etcd)",
+        config.display()
+    );
+    tokio::signal::ctrl_c().await?;
+    Ok(())
+}
+
 /// The prefixes the agent reads of `cluster`.
 fn prefixes(cluster: &str) -> [String; 4] {
     [
@@ -217,7 +317,7 @@ fn prefixes(cluster: &str) -> [String; 4] {
     ]
 }
 
-async fn raw(dir: &Path) -> anyhow::Result<()> {
+async fn raw(dir: &Path, in_place: bool) -> anyhow::Result<()> {
     let mut tasks = Vec::new();
     let mut backends = Vec::new();
     for (name, endpoint) in clusters_of(dir)? {
@@ -229,9 +329,9 @@ async fn raw(dir: &Path) -> anyhow::Result<()> {
     let (allocations, cpu) = (ALLOCATIONS.load(Ordering::Relaxed), cpu_ms());
     let started = Instant::now();
     for (backend, prefix) in backends {
-        tasks.push(tokio::spawn(
-            async move { read_prefix(&backend, &prefix).await },
-        ));
+        tasks.push(tokio::spawn(async move {
+            read_prefix(&backend, &prefix, in_place).await
+        }));
     }
     let mut keys = 0;
     for task in tasks {
@@ -247,8 +347,13 @@ async fn raw(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Pages through `prefix` at one revision, as the watch store's list does.
-async fn read_prefix(backend: &EtcdBackend, prefix: &str) -> anyhow::Result<u64> {
+/// Pages through `prefix` at one revision: through etcd-client as the bench's floor does, or
+/// `in_place` as the watch store's list does.
+async fn read_prefix(backend: &EtcdBackend, prefix: &str, in_place: bool) -> anyhow::Result<u64> {
+    if !in_place {
+        let page_size = meshwork_kvstore::etcd::DEFAULT_PAGE_SIZE;
+        return Ok(floor::read_prefix(backend, prefix, page_size).await? as u64);
+    }
     let mut from = prefix.as_bytes().to_vec();
     let (mut revision, mut count) = (0, 0);
     loop {
@@ -261,8 +366,8 @@ async fn read_prefix(backend: &EtcdBackend, prefix: &str) -> anyhow::Result<u64>
             )
             .await?;
         revision = page.revision;
-        count += page.kvs.len() as u64;
-        match page.kvs.last() {
+        count += page.len() as u64;
+        match page.last() {
             Some(last) if more => {
                 from = last.key().to_vec();
                 from.push(0);
@@ -376,12 +481,22 @@ async fn store(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn agent(dir: &Path, bin: &Path, callgrind_dump: bool) -> anyhow::Result<()> {
+async fn agent(
+    dir: &Path,
+    bin: &Path,
+    callgrind_dump: bool,
+    cluster_id: u32,
+    log: Option<String>,
+) -> anyhow::Result<()> {
     let state = tempfile::tempdir()?;
-    let options = AgentOptions::new(bin, "bench-local", 200, &state.path().join("state"))
+    let state_dir = match &log {
+        Some(_) => dir.join("agent-state"),
+        None => state.path().join("state"),
+    };
+    let options = AgentOptions::new(bin, "bench-local", cluster_id, &state_dir)
         .clustermesh_config(&dir.join("clustermesh"))
         .flags(["--clustermesh-sync-timeout", "10m"])
-        .env("RUST_LOG", "warn");
+        .env("RUST_LOG", log.as_deref().unwrap_or("warn"));
     let started = Instant::now();
     let mut process = AgentProcess::start(&options)?;
     let channel = meshwork_proto::connect_unix(process.socket()).await?;

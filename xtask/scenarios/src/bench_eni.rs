@@ -85,7 +85,7 @@ async fn nodes_done(backend: &EtcdBackend, pre: usize) -> anyhow::Result<usize> 
     let mut pages = backend.list(KEY_PREFIX, DEFAULT_PAGE_SIZE);
     let mut done = 0;
     while let Some(page) = pages.recv().await {
-        for kv in page?.kvs {
+        for kv in page?.kvs() {
             let node = decode(kv.key_str()?, kv.value(), kv.mod_revision())?;
             anyhow::ensure!(
                 node.pool_ips_without_eni().is_empty(),

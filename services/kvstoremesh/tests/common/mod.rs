@@ -54,9 +54,8 @@ pub async fn list(backend: &EtcdBackend, prefix: &str) -> BTreeMap<String, Vec<u
     let mut out = BTreeMap::new();
     let mut pages = backend.list(prefix, 1000);
     while let Some(page) = pages.recv().await {
-        for kv in page.unwrap().kvs {
-            let (key, value) = kv.into_key_value();
-            out.insert(String::from_utf8(key).unwrap(), value);
+        for kv in page.unwrap().kvs() {
+            out.insert(kv.key_str().unwrap().to_owned(), kv.value().to_vec());
         }
     }
     out
