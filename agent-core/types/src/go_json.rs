@@ -72,8 +72,15 @@ pub fn lookup_field<F: Copy>(fields: &[(&str, F)], key: &str) -> Option<F> {
 }
 
 /// Deserializes one object key into the matching field tag (`None` for an unknown key) without
-/// allocating: the key is compared while it is borrowed from the input.
-pub(crate) struct FieldSeed<F: 'static>(pub &'static [(&'static str, F)]);
+/// allocating: the key is compared while it is borrowed from the input. `exact` is the exact
+/// match, a `match` on the names that [`go_struct!`] writes (compiled to compares of known
+/// lengths: a loop over the table called `memcmp` per field, the most of a node's key
+/// lookups); the table serves the case-folded match.
+#[derive(Clone, Copy)]
+pub(crate) struct FieldSeed<F: 'static> {
+    pub fields: &'static [(&'static str, F)],
+    pub exact: fn(&str) -> Option<F>,
+}
 
 impl<'de, F: Copy + 'static> DeserializeSeed<'de> for FieldSeed<F> {
     type Value = Option<F>;
@@ -91,7 +98,12 @@ impl<'de, F: Copy + 'static> Visitor<'de> for FieldSeed<F> {
     }
 
     fn visit_str<E: de::Error>(self, key: &str) -> Result<Self::Value, E> {
-        Ok(lookup_field(self.0, key))
+        Ok((self.exact)(key).or_else(|| {
+            self.fields
+                .iter()
+                .find(|(name, _)| fold_eq(key, name))
+                .map(|&(_, field)| field)
+        }))
     }
 }
 
@@ -441,6 +453,12 @@ macro_rules! go_struct {
                 #[derive(Clone, Copy)]
                 enum FieldTag { $($field),+ }
                 const FIELDS: &[(&str, FieldTag)] = &[$(($go, FieldTag::$field)),+];
+                fn exact(key: &str) -> Option<FieldTag> {
+                    match key {
+                        $($go => Some(FieldTag::$field),)+
+                        _ => None,
+                    }
+                }
 
                 struct StructVisitor;
                 impl<'de> serde::de::Visitor<'de> for StructVisitor {
@@ -457,7 +475,8 @@ macro_rules! go_struct {
 
                     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<$name, A::Error> {
                         let mut out = <$name>::default();
-                        while let Some(tag) = map.next_key_seed(FieldSeed(FIELDS))? {
+                        let seed = FieldSeed { fields: FIELDS, exact };
+                        while let Some(tag) = map.next_key_seed(seed)? {
                             match tag {
                                 $(Some(FieldTag::$field) => {
                                     type FieldCodec = $crate::go_json::go_codec!($($codec)?);

@@ -240,11 +240,17 @@ impl<'a> Scanner<'a> {
         if self.null()? {
             return Some(None);
         }
-        let text = self.string()?;
+        self.expect(b'"')?;
+        // Most addresses are dotted IPv4 read with their closing quote, in one pass; anything
+        // else ends as a string first and takes the parsers below.
+        if let Some((v4, len)) = quoted_ipv4(&self.bytes[self.pos..]) {
+            self.pos += len;
+            return Some(Some(IpAddr::V4(v4)));
+        }
+        let text = self.string_body()?;
         if text.is_empty() {
             return Some(None);
         }
-        // Most addresses are dotted IPv4; anything else takes the standard parser.
         let ip = match parse_plain_ipv4(text) {
             Some(v4) => IpAddr::V4(v4),
             None => parse_go_ip(std::str::from_utf8(text).ok()?)?,
@@ -327,6 +333,24 @@ fn parse_plain_ipv4(text: &[u8]) -> Option<Ipv4Addr> {
     let (c, rest) = octet(rest.strip_prefix(b".")?)?;
     let (d, rest) = octet(rest.strip_prefix(b".")?)?;
     rest.is_empty().then(|| Ipv4Addr::new(a, b, c, d))
+}
+
+/// What [`parse_plain_ipv4`] reads from a string body, read from the bytes after the opening
+/// quote up to and with the closing quote: the address and how many bytes it took. `None`
+/// whenever the body is anything else (the caller then reads it as a string).
+fn quoted_ipv4(rest: &[u8]) -> Option<(Ipv4Addr, usize)> {
+    let mut octets = [0; 4];
+    let mut rest_at = rest;
+    for (i, slot) in octets.iter_mut().enumerate() {
+        let (value, after) = octet(rest_at)?;
+        let (&separator, after) = after.split_first()?;
+        if separator != if i == 3 { b'"' } else { b'.' } {
+            return None;
+        }
+        *slot = value;
+        rest_at = after;
+    }
+    Some((Ipv4Addr::from(octets), rest.len() - rest_at.len()))
 }
 
 /// The decimal octet at the start of `text` (one to three digits, no leading zero, at most
@@ -455,6 +479,51 @@ mod tests {
                 parse_plain_ipv4(text.as_bytes()),
                 text.parse::<Ipv4Addr>().ok(),
                 "{text:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_quoted_address_reads_as_its_string_body_does() {
+        // Each body followed by its closing quote and more, or cut short, or unterminated:
+        // read in one pass exactly when the body reads as plain IPv4.
+        let bodies = [
+            "10.1.2.3",
+            "0.0.0.0",
+            "255.255.255.255",
+            "256.1.1.1",
+            "01.1.1.1",
+            "1.1.1",
+            "1.1.1.1.1",
+            "1..1.1",
+            "1.1.1.",
+            "1111.1.1.1",
+            "1.2.3.1000",
+            "1.2.3.00",
+            "fd00::1",
+            "",
+            "1.1.1.1 ",
+            "1.2.3.4a",
+            "::ffff:1.2.3.4",
+        ];
+        for body in bodies {
+            let expected = parse_plain_ipv4(body.as_bytes());
+            let quoted = format!("{body}\",\"ID\":5}}");
+            assert_eq!(
+                quoted_ipv4(quoted.as_bytes()),
+                expected.map(|ip| (ip, body.len() + 1)),
+                "{body:?}"
+            );
+            assert_eq!(
+                quoted_ipv4(body.as_bytes()),
+                None,
+                "{body:?} without its quote"
+            );
+            let escaped = format!("{body}\\\"");
+            assert_eq!(
+                quoted_ipv4(escaped.as_bytes()),
+                None,
+                "{body:?} then an escape"
             );
         }
     }
