@@ -38,6 +38,8 @@ const KEEPALIVE: Duration = Duration::from_secs(5);
 #[derive(Clone)]
 pub struct EtcdBackend {
     client: Client,
+    /// What it was connected with, to open another connection to the same etcd.
+    config: Arc<EtcdConfig>,
     /// The channel `client` runs on, for the calls made through our own codecs.
     channel: Channel,
     endpoints: String,
@@ -118,6 +120,7 @@ impl EtcdBackend {
             })?;
         let backend = Self {
             client,
+            config: Arc::new(config.clone()),
             channel,
             endpoints,
             hubs: Arc::new([]),
@@ -132,6 +135,12 @@ impl EtcdBackend {
                 error: source,
             })?;
         Ok(backend)
+    }
+
+    /// A connection of its own to the same etcd, with the same configuration: for work that
+    /// runs on another runtime (a connection's tasks run on the runtime that opened it).
+    pub async fn reconnect(&self, timeout: Duration) -> Result<Self, KvstoreError> {
+        Self::connect(&self.config, timeout).await
     }
 
     /// The endpoints this backend talks to, comma separated.

@@ -7,13 +7,18 @@
 //! values and their leases (which it keeps alive from then on), so writing the same state
 //! again writes nothing and a remote reader sees no event at all.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures::StreamExt as _;
 use futures::stream::FuturesUnordered;
 
 use crate::{EtcdBackend, KeyWrite, KvstoreError};
+
+// foldhash, not SipHash: a kvstoremesh start hashes every cached key several times, and
+// SipHash was a tenth of its CPU (perf); foldhash is seeded per map, so keys a remote picks
+// still cannot be aimed at one bucket.
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 /// A key and its new value, or `None` for a delete.
 pub type KeyChange = (String, Option<Vec<u8>>);
@@ -49,7 +54,7 @@ impl Writer {
         Self {
             backend,
             ttl,
-            written: HashMap::new(),
+            written: HashMap::default(),
             leases: BTreeMap::new(),
         }
     }
@@ -112,7 +117,8 @@ impl Writer {
     /// can be applied again. Returns the operations sent.
     pub async fn apply(&mut self, changes: &[KeyChange]) -> Result<usize, KvstoreError> {
         // The last change of each key.
-        let mut last: HashMap<&String, usize> = HashMap::with_capacity(changes.len());
+        let mut last: HashMap<&String, usize> =
+            HashMap::with_capacity_and_hasher(changes.len(), Default::default());
         for (i, (key, _)) in changes.iter().enumerate() {
             last.insert(key, i);
         }
@@ -181,6 +187,7 @@ impl Writer {
             }
         }
         drop(in_flight);
+        self.written.reserve(puts);
         for (i, write) in batch.into_iter().enumerate() {
             match landed[i / part] {
                 Some(true) => self.record(write),
@@ -237,6 +244,11 @@ impl Writer {
         &self.backend
     }
 
+    /// Writes through `backend` from now on: another connection to the same etcd.
+    pub fn set_backend(&mut self, backend: EtcdBackend) {
+        self.backend = backend;
+    }
+
     /// Forgets what was written at `key`, so the next write of it goes to etcd even when
     /// the value is the same (someone else changed or deleted the key).
     pub fn forget(&mut self, key: &str) {
@@ -274,16 +286,27 @@ impl Writer {
             .filter(|(lease, n)| **lease != 0 && **n < MAX_KEYS_PER_LEASE)
             .map(|(lease, n)| (*lease, MAX_KEYS_PER_LEASE - n))
             .collect();
+        // The leases still needed, granted together: one round trip, not one each (a
+        // kvstoremesh start needs one per thousand keys, and waited for each in turn).
+        let free: usize = room.iter().map(|(_, free)| free).sum();
+        let missing = puts.saturating_sub(free).div_ceil(MAX_KEYS_PER_LEASE);
+        let ttl = i64::try_from(self.ttl.as_secs()).unwrap_or(i64::MAX);
+        let granted =
+            futures::future::try_join_all((0..missing).map(|_| self.backend.lease_grant(ttl)))
+                .await?;
+        for &lease in &granted {
+            self.leases.entry(lease).or_default();
+        }
+        // Leases with room first (taken from the end), then the new ones, as before.
+        let mut fresh: Vec<(i64, usize)> = granted
+            .into_iter()
+            .rev()
+            .map(|lease| (lease, MAX_KEYS_PER_LEASE))
+            .collect();
+        fresh.append(&mut room);
+        let mut room = fresh;
         while out.len() < puts {
-            let (lease, free) = match room.pop() {
-                Some(slot) => slot,
-                None => {
-                    let ttl = i64::try_from(self.ttl.as_secs()).unwrap_or(i64::MAX);
-                    let lease = self.backend.lease_grant(ttl).await?;
-                    self.leases.entry(lease).or_default();
-                    (lease, MAX_KEYS_PER_LEASE)
-                }
-            };
+            let (lease, free) = room.pop().expect("leases granted for every put");
             let take = free.min(puts - out.len());
             out.extend(std::iter::repeat_n(lease, take));
         }

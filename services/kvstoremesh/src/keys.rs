@@ -1,11 +1,13 @@
 //! Where kvstoremesh caches a remote, and what the cache writer is told.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use meshwork_kvstore::keys::{CACHE_PREFIX, SYNCED_PREFIX};
 use meshwork_types::{ClusterConfig, ClusterConfigCapabilities, Resource};
 use tokio::sync::oneshot;
+
+/// A set of cache keys (foldhash: a list's every key goes in one).
+pub type KeySet = std::collections::HashSet<String, foldhash::fast::RandomState>;
 
 /// The four kinds a remote's cache holds, in the order their canaries are listed.
 pub const KINDS: [Resource; 4] = [
@@ -104,7 +106,7 @@ pub enum CacheOp {
         /// The store's cache prefix ([`cache_prefix`]).
         prefix: String,
         /// The cache keys the list had.
-        listed: HashSet<String>,
+        listed: KeySet,
     },
     /// Write `cilium/cluster-config/<cluster>` with `value` ([`cached_config`]).
     Config {

@@ -2,14 +2,13 @@
 //! agent's decoder and keeps the remote's bytes, and [`CacheMirror`] turns the store's
 //! changes into [`CacheOp`]s, one message per store batch.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use meshwork_kvstore::{DecodeError, Decoder, Observer};
 use meshwork_types::Resource;
 use tokio::sync::mpsc;
 
-use crate::keys::CacheOp;
+use crate::keys::{CacheOp, KeySet};
 
 /// A remote's value that passed the agent's validation, byte for byte.
 pub type RawValue = Vec<u8>;
@@ -38,7 +37,7 @@ pub struct CacheMirror {
     prefix: String,
     ops: Vec<CacheOp>,
     /// The cache keys of the first list, until it is done.
-    listed: Option<HashSet<String>>,
+    listed: Option<KeySet>,
     sender: OpSender,
 }
 
@@ -50,7 +49,7 @@ impl CacheMirror {
             kind,
             prefix,
             ops: Vec::new(),
-            listed: Some(HashSet::new()),
+            listed: Some(KeySet::default()),
             sender,
         }
     }

@@ -28,10 +28,14 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::StatusApi;
+use crate::keys::CacheOp;
 use crate::metrics::CacheMetrics;
 use crate::readiness::{self, Readiness};
 use crate::stores::{CacheSinks, CacheStores, drain_removed};
 use crate::writer::CacheWriter;
+
+/// How long the cache writer's own connection to the local etcd may take.
+const WRITER_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How kvstoremesh runs (Cilium's kvstoremesh flags).
 #[derive(Debug, Clone)]
@@ -89,6 +93,9 @@ pub enum StartError {
     /// The mesh actor is gone.
     #[error("the cluster mesh stopped while starting")]
     MeshGone,
+    /// The cache writer's thread or runtime could not be made.
+    #[error("starting the cache writer: {0}")]
+    Runtime(String),
 }
 
 /// A running kvstoremesh.
@@ -131,7 +138,7 @@ impl KvstoreMesh {
         let orphans: Vec<Arc<str>> = writer.orphans().cloned().collect();
         let (ops, ops_rx) = mpsc::unbounded_channel();
         let stop_writer = CancellationToken::new();
-        let writer = tokio::spawn(writer.run(ops_rx, stop_writer.clone()));
+        let writer = spawn_writer(writer, ops_rx, stop_writer.clone()).await?;
 
         let (ready_tx, ready) = watch::channel(false);
         let readiness = Readiness::new(
@@ -231,4 +238,50 @@ impl KvstoreMesh {
         self.stop_writer.cancel();
         let _ = self.writer.await;
     }
+}
+
+/// Runs the cache writer on a thread and runtime of its own, over a connection of its own:
+/// a start's thousand stores decoding pages on the shared workers kept the writer's replies
+/// waiting in their queue (writes of a few hundred keys took 1.4 s while the remotes were
+/// read), so the cache was written only after the remotes were read, not while.
+async fn spawn_writer(
+    mut writer: CacheWriter,
+    ops: mpsc::UnboundedReceiver<Vec<CacheOp>>,
+    stop: CancellationToken,
+) -> Result<JoinHandle<()>, StartError> {
+    let (started_tx, started) = tokio::sync::oneshot::channel();
+    let thread = std::thread::Builder::new()
+        .name("cache-writer".to_owned())
+        .spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(runtime) => runtime,
+                Err(err) => {
+                    let _ = started_tx.send(Err(StartError::Runtime(err.to_string())));
+                    return;
+                }
+            };
+            runtime.block_on(async move {
+                match writer
+                    .writer_backend()
+                    .reconnect(WRITER_CONNECT_TIMEOUT)
+                    .await
+                {
+                    Ok(backend) => writer.set_backend(backend),
+                    Err(err) => {
+                        let _ = started_tx.send(Err(StartError::Adopt(err)));
+                        return;
+                    }
+                }
+                let _ = started_tx.send(Ok(()));
+                writer.run(ops, stop).await;
+            });
+        })
+        .map_err(|err| StartError::Runtime(err.to_string()))?;
+    started.await.map_err(|_| StartError::MeshGone)??;
+    Ok(tokio::task::spawn_blocking(move || {
+        let _ = thread.join();
+    }))
 }

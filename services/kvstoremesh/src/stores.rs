@@ -13,7 +13,8 @@ use meshwork_kvstore::{
     Decoder, EtcdBackend, KvstoreMetrics, WatchStore, WatchStoreManager, WatchStoreOptions,
 };
 use meshwork_types::{
-    ClusterConfig, IdentityDecoder, IpCacheDecoder, NodeDecoder, Resource, ServiceDecoder,
+    ClusterConfig, IdentityDecoder, IpCacheDecoder, IpCacheEntryDecoder, NodeDecoder, Resource,
+    ServiceDecoder,
 };
 use tokio::sync::{Mutex, mpsc, oneshot};
 
@@ -43,7 +44,9 @@ pub struct CacheStores {
     nodes: Store<NodeDecoder>,
     services: Store<ServiceDecoder>,
     identities: Store<IdentityDecoder>,
-    ipcache: Store<IpCacheDecoder>,
+    // The agent's own ipcache decoder (its one-pass shortcut, then Go's full reader), so
+    // kvstoremesh accepts exactly what an agent would.
+    ipcache: Store<IpCacheEntryDecoder>,
     statuses: Arc<StoreStatuses>,
 }
 
@@ -82,7 +85,7 @@ impl StoreSet for CacheStores {
             sinks,
         );
         let ipcache = mirror_store(
-            IpCacheDecoder::new(id).with_max_connected_clusters(max),
+            IpCacheEntryDecoder(IpCacheDecoder::new(id).with_max_connected_clusters(max)),
             Resource::IpCache,
             &cluster.name,
             metrics,

@@ -14,6 +14,9 @@
 //!                                       # and heap bytes per entry
 //! $H agent --dir /tmp/sync --bin target/release/meshwork-agent   # start → IPIdentitiesSynced
 //! valgrind --tool=callgrind $H store --dir /tmp/sync   # instructions per entry
+//! $H kvstoremesh --dir /tmp/sync --bin target/release/meshwork-apiserver  # start → canaries
+//! $H serve-cache --dir /tmp/cache &     # 250 remotes already cached in one etcd
+//! $H agent --dir /tmp/cache --bin target/release/meshwork-agent --cluster-id 255
 //! ```
 //!
 //! `--bin` may be a wrapper script that `exec`s a profiler on the agent.
@@ -36,6 +39,7 @@ use meshwork_kvstore::{EtcdBackend, EtcdConfig, WatchStore, WatchStoreOptions, k
 use meshwork_lab::agent::{AgentOptions, AgentProcess, write_cluster_config};
 use meshwork_lab::cilium::{Cluster, Sizes};
 use meshwork_lab::etcd::{EtcdOptions, EtcdServer};
+use meshwork_lab::kvstoremesh::{KvstoremeshOptions, KvstoremeshProcess};
 use meshwork_lab::proc_stat::{STAT_MINFLT, STAT_UTIME, cpu_time, stat_sum};
 use meshwork_proto::agent::v1::{SyncKind, WaitSyncedRequest, agent_client::AgentClient};
 use meshwork_types::{IpCacheDecoder, IpCacheEntryDecoder, RemoteEvent};
@@ -126,6 +130,15 @@ enum Command {
         #[arg(long)]
         in_place: bool,
     },
+    /// `meshwork-apiserver kvstoremesh` caching the remotes of `<dir>/clustermesh` into a
+    /// fresh local etcd, from its start until every cache canary is written.
+    Kvstoremesh {
+        #[arg(long)]
+        dir: PathBuf,
+        /// The apiserver binary, or a wrapper that execs one under a profiler.
+        #[arg(long)]
+        bin: PathBuf,
+    },
     /// Every cluster's ipcache through the agent's store and forwarder, in process.
     Store {
         #[arg(long)]
@@ -192,6 +205,7 @@ fn main() -> anyhow::Result<()> {
             cluster_id,
             log,
         } => runtime()?.block_on(agent(&dir, &bin, callgrind_dump, cluster_id, log)),
+        Command::Kvstoremesh { dir, bin } => runtime()?.block_on(kvstoremesh(&dir, &bin)),
         Command::Store { dir } => actix::System::new().block_on(store(&dir)),
     }
 }
@@ -304,6 +318,57 @@ async fn serve_cache(dir: &Path, count: u32, sizes: Sizes) -> anyhow::Result<()>
         config.display()
     );
     tokio::signal::ctrl_c().await?;
+    Ok(())
+}
+
+async fn kvstoremesh(dir: &Path, bin: &Path) -> anyhow::Result<()> {
+    let remotes = clusters_of(dir)?;
+    let local = EtcdServer::start_with(EtcdOptions {
+        data_in_memory: true,
+        name: Some("local".to_owned()),
+        ..EtcdOptions::default()
+    })?;
+    let backend = connect(&local.endpoint()).await?;
+    let mut watch = backend
+        .watch(&format!("{}/", keys::SYNCED_PREFIX), 0)
+        .await?;
+    let logs = tempfile::tempdir()?;
+    let options = KvstoremeshOptions::new(
+        bin,
+        ("local", 255),
+        &local.endpoint(),
+        &dir.join("clustermesh"),
+        logs.path(),
+    )?;
+    let etcd_before = local.pid().map_or(Duration::ZERO, cpu_time);
+    let started = Instant::now();
+    let mut process = KvstoremeshProcess::start(&options, 0)?;
+    let mut seen = std::collections::HashSet::new();
+    while seen.len() < remotes.len() * 4 {
+        let Some(events) = watch.next().await? else {
+            bail!("the local etcd closed the canary watch");
+        };
+        for event in events {
+            if let meshwork_kvstore::WatchEvent::Put { key, .. } = event {
+                seen.insert(key);
+            }
+        }
+    }
+    let elapsed = started.elapsed();
+    let pid = process.process().pid();
+    println!(
+        "kvstoremesh: {:.1} ms to every canary of {} remotes, cpu {:.1} ms, local etcd cpu {:.1} ms",
+        elapsed.as_secs_f64() * 1e3,
+        remotes.len(),
+        cpu_time(pid).as_secs_f64() * 1e3,
+        local
+            .pid()
+            .map_or(Duration::ZERO, cpu_time)
+            .saturating_sub(etcd_before)
+            .as_secs_f64()
+            * 1e3,
+    );
+    process.process().stop(Duration::from_secs(10));
     Ok(())
 }
 

@@ -140,14 +140,18 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         drop(local);
 
         let (cache_ratio, agent_ratio) = (
-            cache.elapsed.as_secs_f64() / copy.as_secs_f64(),
+            cache.copy.elapsed.as_secs_f64() / copy.elapsed.as_secs_f64(),
             agent.elapsed.as_secs_f64() / read.as_secs_f64(),
         );
         println!(
-            "  round {}: raw copy {:>7.0} ms   kvstoremesh → every canary {:>7.0} ms (peak rss {} MiB)   ratio {cache_ratio:.2}",
+            "  round {}: raw copy {:>7.0} ms (cpu {:.0} ms, local etcd cpu {:.0} ms)   kvstoremesh → every canary {:>7.0} ms (cpu {:.0} ms, local etcd cpu {:.0} ms, peak rss {} MiB)   ratio {cache_ratio:.2}",
             round + 1,
-            ms(copy),
-            ms(cache.elapsed),
+            ms(copy.elapsed),
+            ms(copy.copier_cpu),
+            ms(copy.local_etcd_cpu),
+            ms(cache.copy.elapsed),
+            ms(cache.copy.copier_cpu),
+            ms(cache.copy.local_etcd_cpu),
             cache.peak_rss_mib,
         );
         println!(
@@ -264,9 +268,18 @@ fn local_etcd() -> anyhow::Result<EtcdServer> {
     })?)
 }
 
+/// What one side of the cache pair measured.
+struct CopyRun {
+    elapsed: Duration,
+    /// CPU of the local etcd meanwhile.
+    local_etcd_cpu: Duration,
+    /// CPU of the copier (this process for the raw copy, kvstoremesh for the cache).
+    copier_cpu: Duration,
+}
+
 /// The floor of the cache: every remote listed and its keys written to an empty local etcd
 /// as kvstoremesh writes them, all remotes at once. Connecting is not timed.
-async fn raw_copy(servers: &[EtcdServer], clusters: &[Cluster]) -> anyhow::Result<Duration> {
+async fn raw_copy(servers: &[EtcdServer], clusters: &[Cluster]) -> anyhow::Result<CopyRun> {
     let local_server = local_etcd()?;
     let local = load::connect(&local_server.endpoint()).await?;
     let mut remotes = Vec::new();
@@ -276,6 +289,9 @@ async fn raw_copy(servers: &[EtcdServer], clusters: &[Cluster]) -> anyhow::Resul
             cluster.name.clone(),
         ));
     }
+    let etcd_before = local_server.pid().map_or(Duration::ZERO, cpu_time);
+    // This process does nothing else meanwhile: its CPU is the copier's.
+    let copier_before = cpu_time(std::process::id());
     let started = Instant::now();
     let copies: Vec<_> = remotes
         .into_iter()
@@ -287,7 +303,15 @@ async fn raw_copy(servers: &[EtcdServer], clusters: &[Cluster]) -> anyhow::Resul
     for copy in copies {
         copy.await??;
     }
-    Ok(started.elapsed())
+    let elapsed = started.elapsed();
+    Ok(CopyRun {
+        elapsed,
+        local_etcd_cpu: local_server
+            .pid()
+            .map_or(Duration::ZERO, cpu_time)
+            .saturating_sub(etcd_before),
+        copier_cpu: cpu_time(std::process::id()).saturating_sub(copier_before),
+    })
 }
 
 /// One remote's config, entries and canaries, copied raw into the cache layout.
@@ -333,7 +357,7 @@ async fn copy_cluster(remote: &EtcdBackend, local: &EtcdBackend, name: &str) -> 
 
 /// What one kvstoremesh run to every canary measured.
 struct CacheRun {
-    elapsed: Duration,
+    copy: CopyRun,
     peak_rss_mib: u64,
 }
 
@@ -355,6 +379,7 @@ async fn fill_cache(
         logs,
     )?;
     let canaries = canaries_written(&local, clusters.len() * 4).await?;
+    let etcd_before = local.pid().map_or(Duration::ZERO, cpu_time);
     let started = Instant::now();
     let mut process = KvstoremeshProcess::start(&options, u32::try_from(round + 1)?)?;
     let done = tokio::time::timeout(CACHE_TIMEOUT, canaries)
@@ -365,12 +390,33 @@ async fn fill_cache(
                 process.log_tail()
             )
         })???;
+    let pid = process.process().pid();
     let run = CacheRun {
-        elapsed: done.duration_since(started),
-        peak_rss_mib: peak_rss_mib(Some(process.process().pid())),
+        copy: CopyRun {
+            elapsed: done.duration_since(started),
+            local_etcd_cpu: local
+                .pid()
+                .map_or(Duration::ZERO, cpu_time)
+                .saturating_sub(etcd_before),
+            copier_cpu: cpu_time(pid),
+        },
+        peak_rss_mib: peak_rss_mib(Some(pid)),
     };
     process.process().stop(Duration::from_secs(10));
+    check_cache(&local, clusters).await?;
     Ok((run, local))
+}
+
+/// Fails unless `local`'s cache holds every remote key (the figures are of the whole state:
+/// an entry kvstoremesh refused would make them of less).
+async fn check_cache(local: &EtcdServer, clusters: &[Cluster]) -> anyhow::Result<()> {
+    let backend = load::connect(&local.endpoint()).await?;
+    let expected: usize = clusters.iter().map(|c| c.state().len()).sum();
+    let cached = floor::read_prefix(&backend, "cilium/cache/", DEFAULT_PAGE_SIZE).await?;
+    if cached != expected {
+        bail!("the cache holds {cached} keys, the remotes {expected}: kvstoremesh refused some");
+    }
+    Ok(())
 }
 
 /// A task that ends at the instant `expected` distinct cache canaries have been put in
