@@ -61,7 +61,7 @@ pub(super) fn scan(value: &[u8]) -> Option<ScannedPair> {
 }
 
 /// The fields the scan reads, by their exact Go names.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Field<'a> {
     Ip,
     HostIp,
@@ -76,7 +76,7 @@ enum Field<'a> {
     Other(&'a [u8]),
 }
 
-/// The exact names, each with its closing quote.
+/// The exact names, each with its closing quote (a test checks they are `IpCacheWire`'s).
 const NAMES: [(&[u8], Field<'static>); 9] = [
     (b"IP\"", Field::Ip),
     (b"ID\"", Field::Id),
@@ -479,6 +479,51 @@ mod tests {
                 parse_plain_ipv4(text.as_bytes()),
                 text.parse::<Ipv4Addr>().ok(),
                 "{text:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_exact_name_is_recognised_and_only_those() {
+        // The wire struct skips `Metadata` rather than copy it; the scan knows it by name.
+        let mut wire: Vec<&str> = IpCacheWire::GO_FIELDS.to_vec();
+        wire.push("Metadata");
+        let mut names: Vec<&str> = NAMES
+            .iter()
+            .map(|(name, _)| std::str::from_utf8(&name[..name.len() - 1]).unwrap())
+            .collect();
+        wire.sort_unstable();
+        names.sort_unstable();
+        assert_eq!(
+            names, wire,
+            "NAMES is every field of IpCacheWire and Metadata"
+        );
+        for (name, field) in NAMES {
+            let mut scanner = Scanner {
+                bytes: name,
+                pos: 0,
+            };
+            assert_eq!(scanner.field_name(), Some(field));
+            assert_eq!(scanner.pos, name.len(), "{name:?} with its closing quote");
+            // Only the exact spelling: the same name in another case, or longer, is another.
+            let mut other = name.to_vec();
+            other.insert(name.len() - 1, b'x');
+            let mut scanner = Scanner {
+                bytes: &other,
+                pos: 0,
+            };
+            assert_eq!(
+                scanner.field_name(),
+                Some(Field::Other(&other[..other.len() - 1]))
+            );
+            let lower = name.to_ascii_lowercase();
+            let mut scanner = Scanner {
+                bytes: &lower,
+                pos: 0,
+            };
+            assert_eq!(
+                scanner.field_name(),
+                Some(Field::Other(&lower[..lower.len() - 1]))
             );
         }
     }
