@@ -45,7 +45,14 @@ pub struct EtcdBackend {
     endpoints: String,
     /// Set by [`EtcdBackend::with_shared_watches`].
     hubs: Arc<[watch::HubSlot]>,
+    /// Range calls in flight on this connection (see [`RANGES_IN_FLIGHT`]).
+    ranges: Arc<tokio::sync::Semaphore>,
 }
+
+/// At most this many `Range` calls wait on one connection at a time: an agent behind
+/// kvstoremesh lists a thousand prefixes at once, and every answer in flight is a response
+/// buffer held.
+pub const RANGES_IN_FLIGHT: usize = 16;
 
 impl std::fmt::Debug for EtcdBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -124,6 +131,7 @@ impl EtcdBackend {
             channel,
             endpoints,
             hubs: Arc::new([]),
+            ranges: Arc::new(tokio::sync::Semaphore::new(RANGES_IN_FLIGHT)),
         };
         // Status needs no key permissions, so it works for read-only remote users too.
         let mut maintenance = backend.client.maintenance_client();
@@ -439,6 +447,8 @@ impl EtcdBackend {
                 serializable: true,
             };
             let operation = format!("range {prefix}");
+            // Waiting for a turn is not the call's time: the deadline starts once it is sent.
+            let _turn = self.range_turn().await;
             match with_deadline(&operation, self.range(request, limit)).await {
                 Ok(range::RangeResponse { mut page, more }) => {
                     if revision > 0 {
@@ -453,6 +463,16 @@ impl EtcdBackend {
                 Err(err) => return Err(err),
             }
         }
+    }
+
+    /// A turn among this connection's `Range` calls: at most [`RANGES_IN_FLIGHT`] are in
+    /// flight at once. Each page of a list takes one; a raw reader on the same connection
+    /// takes one per call to read as the lists do.
+    pub async fn range_turn(&self) -> tokio::sync::SemaphorePermit<'_> {
+        self.ranges
+            .acquire()
+            .await
+            .expect("the semaphore is never closed")
     }
 
     /// One `Range` call through the in-place codec, on the client's channel (the size limit

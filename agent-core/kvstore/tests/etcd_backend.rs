@@ -6,7 +6,9 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use meshwork_kvstore::{ConditionalPut, EtcdBackend, EtcdConfig, KvstoreError, WatchEvent};
+use meshwork_kvstore::{
+    ConditionalPut, EtcdBackend, EtcdConfig, KeyWrite, KvstoreError, WatchEvent,
+};
 use meshwork_lab::etcd::{Access, EtcdOptions, EtcdServer, EtcdTls};
 
 #[tokio::test]
@@ -353,4 +355,52 @@ async fn list_pages_read_in_place_hold_what_etcd_clients_range_answers() {
         .collect();
     assert_eq!(in_txn, expected);
     assert_eq!((page.revision, page.remaining), (revision, 40));
+}
+
+#[tokio::test]
+#[ignore = "needs real etcd: `cargo xtask test` runs it"]
+async fn more_lists_than_turns_on_one_connection_all_complete_whole() {
+    init_tracing();
+    let server = EtcdServer::start().unwrap();
+    let backend = connect(&server).await;
+    let lists = 3 * meshwork_kvstore::etcd::RANGES_IN_FLIGHT;
+    for list in 0..lists {
+        let writes: Vec<_> = (0..25)
+            .map(|i| KeyWrite::Put {
+                key: format!("l/{list:03}/{i:02}"),
+                value: format!("{i}").into_bytes(),
+                lease: 0,
+            })
+            .collect();
+        backend.write_batch(&writes, 100).await.unwrap();
+    }
+    // One turn held meanwhile, as a raw reader on the same connection holds one.
+    let held = backend.range_turn().await;
+    let tasks: Vec<_> = (0..lists)
+        .map(|list| {
+            let backend = backend.clone();
+            tokio::spawn(async move {
+                // Pages of 10: every list takes three turns, given back between pages.
+                let mut pages = backend.list(&format!("l/{list:03}/"), 10);
+                let mut keys = Vec::new();
+                while let Some(page) = pages.recv().await {
+                    keys.extend(
+                        page.unwrap()
+                            .kvs()
+                            .map(|kv| kv.key_str().unwrap().to_owned()),
+                    );
+                }
+                keys
+            })
+        })
+        .collect();
+    for (list, task) in tasks.into_iter().enumerate() {
+        let keys = tokio::time::timeout(Duration::from_secs(30), task)
+            .await
+            .expect("a list waited for a turn that was never given back")
+            .unwrap();
+        let expected: Vec<_> = (0..25).map(|i| format!("l/{list:03}/{i:02}")).collect();
+        assert_eq!(keys, expected, "list {list}");
+    }
+    drop(held);
 }

@@ -28,6 +28,8 @@ pub async fn etcd_client_page(
     if revision > 0 {
         options = options.with_revision(revision);
     }
+    // A turn among the connection's calls, as each page of the backend's lists takes.
+    let _turn = backend.range_turn().await;
     let mut response = backend
         .client()
         .kv_client()
