@@ -33,6 +33,17 @@ use serde::ser::{Serialize, Serializer};
 use super::base64;
 use super::net::{IpMask, go_ip_normalize, parse_go_ip};
 
+/// Reads `bytes` as `T`, checking UTF-8 once for the whole value: serde_json's slice reader
+/// checks every string it reads, a node's 38 of them each with its own call (a fifth of a
+/// node's decoding, callgrind). Valid UTF-8 reads the same through the text reader; anything
+/// else goes through the slice reader, whose error is the one the caller always got.
+pub fn from_json_bytes<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, serde_json::Error> {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => serde_json::from_str(text),
+        Err(_) => serde_json::from_slice(bytes),
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Field-name matching
 // ---------------------------------------------------------------------------------------------
@@ -421,7 +432,7 @@ macro_rules! go_struct {
             /// Decodes as Go's `encoding/json` does (case-insensitive names, unknown fields
             /// ignored, last duplicate wins, `null` leaves the zero value).
             pub fn from_json(bytes: &[u8]) -> Result<Self, serde_json::Error> {
-                serde_json::from_slice(bytes)
+                $crate::go_json::from_json_bytes(bytes)
             }
         }
 

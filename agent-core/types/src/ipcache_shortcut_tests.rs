@@ -5,9 +5,10 @@ use super::super::ipcache::IpCacheDecoder;
 use super::super::ipcache_scan;
 use super::IpCacheEntryDecoder;
 use crate::Decoder;
+use crate::shortcut_corpus::{self, Variants};
 
 /// Values for each field, right and wrong, as raw JSON (`None`: the field is absent).
-const VARIANTS: &[(&str, &[Option<&[u8]>])] = &[
+const VARIANTS: &Variants = &[
     (
         "IP",
         &[
@@ -162,60 +163,12 @@ const VARIANTS: &[(&str, &[Option<&[u8]>])] = &[
     ("\u{212a}ey", &[None, Some(b"9")]),
 ];
 
-/// A value built from one variant per field (the first one more often than the others), fields shuffled, sometimes spaced out and
-/// sometimes with a field repeated, all from `seed`.
-fn corpus_value(seed: &mut u64) -> Vec<u8> {
-    let mut next = |n: usize| {
-        *seed ^= *seed << 13;
-        *seed ^= *seed >> 7;
-        *seed ^= *seed << 17;
-        (*seed % n as u64) as usize
-    };
-    // Two fields in three keep their first (plain, valid) variant, so a good share of the
-    // corpus is in the plain form despite the many wrong variants.
-    let mut fields: Vec<(&str, &[u8])> = VARIANTS
-        .iter()
-        .filter_map(|(name, values)| {
-            let pick = if next(3) < 2 { 0 } else { next(values.len()) };
-            values[pick].map(|v| (*name, v))
-        })
-        .collect();
-    for i in (1..fields.len()).rev() {
-        fields.swap(i, next(i + 1));
-    }
-    if !fields.is_empty() && next(4) == 0 {
-        let (name, _) = fields[next(fields.len())];
-        let values = VARIANTS.iter().find(|(n, _)| *n == name).unwrap().1;
-        if let Some(value) = values[next(values.len())] {
-            fields.push((name, value));
-        }
-    }
-    let space: &[u8] = if next(5) == 0 { b" \n" } else { b"" };
-    let mut out = Vec::from(space);
-    out.push(b'{');
-    for (i, (name, value)) in fields.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        out.extend_from_slice(space);
-        out.extend_from_slice(format!("\"{name}\":").as_bytes());
-        out.extend_from_slice(space);
-        out.extend_from_slice(value);
-    }
-    out.extend_from_slice(space);
-    out.push(b'}');
-    if next(50) == 0 {
-        out.extend_from_slice(b" x");
-    }
-    out
-}
-
 /// 200,000 corpus values from `seed`, each with one of `keys` in turn.
 fn corpus<'k>(mut seed: u64, keys: &'k [&'k str]) -> impl Iterator<Item = (&'k str, Vec<u8>)> {
     keys.iter()
         .cycle()
         .take(200_000)
-        .map(move |key| (*key, corpus_value(&mut seed)))
+        .map(move |key| (*key, shortcut_corpus::value(&mut seed, VARIANTS)))
 }
 
 #[test]

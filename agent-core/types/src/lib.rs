@@ -32,7 +32,11 @@ mod labels;
 mod names;
 mod net;
 mod node;
+mod node_scan;
+mod plain_scan;
 mod service;
+#[cfg(test)]
+mod shortcut_corpus;
 
 pub use cluster_config::{
     CLUSTER_NAME_MAX_LEN, ClusterConfig, ClusterConfigCapabilities, ClusterConfigDecoder,

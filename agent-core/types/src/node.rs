@@ -14,6 +14,7 @@ use crate::{DecodeError, Decoder};
 use super::cluster_config::DEFAULT_MAX_CONNECTED_CLUSTERS;
 use super::go_json::{GoIp, NullIfEmpty, go_string_enum, go_struct};
 use super::net::IpPrefix;
+use super::node_scan;
 
 go_string_enum! {
     /// The type of a node address (Go's `addressing.AddressType`).
@@ -156,7 +157,18 @@ impl Decoder for NodeDecoder {
     type Value = Node;
 
     fn decode(&self, key: &str, value: &[u8]) -> Result<Node, DecodeError> {
-        let node = Node::from_json(value)?;
+        // The plain form Cilium writes in one pass; anything else through the full reader.
+        let node = match node_scan::scan(value) {
+            Some(node) => node,
+            None => Node::from_json(value)?,
+        };
+        self.validate(key, node)
+    }
+}
+
+impl NodeDecoder {
+    /// Cilium's validators, whichever reader read `node`.
+    fn validate(&self, key: &str, node: Node) -> Result<Node, DecodeError> {
         let invalid = |message: String| Err(DecodeError::Invalid(format!("node {key}: {message}")));
         if node.cluster.is_empty() {
             return invalid("cluster is unset".into());
@@ -189,6 +201,10 @@ impl Decoder for NodeDecoder {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "node_shortcut_tests.rs"]
+mod shortcut_tests;
 
 #[cfg(test)]
 mod tests {
