@@ -21,7 +21,10 @@ use super::keys::prefix_range_end;
 use super::{EtcdConfig, KvstoreError};
 
 mod range;
+mod read_batch;
 mod watch;
+
+use read_batch::{Read, ReadBatcher};
 
 pub use range::{KeyValueRef, ListPage};
 pub(crate) use watch::{WATCH_DECODE_LIMIT, events_of};
@@ -47,6 +50,8 @@ pub struct EtcdBackend {
     hubs: Arc<[watch::HubSlot]>,
     /// Range calls in flight on this connection (see [`RANGES_IN_FLIGHT`]).
     ranges: Arc<tokio::sync::Semaphore>,
+    /// Set by [`EtcdBackend::with_batched_reads`].
+    reads: Option<Arc<ReadBatcher>>,
 }
 
 /// At most this many `Range` calls wait on one connection at a time: an agent behind
@@ -132,6 +137,7 @@ impl EtcdBackend {
             endpoints,
             hubs: Arc::new([]),
             ranges: Arc::new(tokio::sync::Semaphore::new(RANGES_IN_FLIGHT)),
+            reads: None,
         };
         // Status needs no key permissions, so it works for read-only remote users too.
         let mut maintenance = backend.client.maintenance_client();
@@ -201,41 +207,26 @@ impl EtcdBackend {
         keys: &[&str],
         list: Option<(&str, i64)>,
     ) -> Result<TxnRead, KvstoreError> {
-        let mut ops: Vec<_> = keys.iter().map(|key| TxnOp::get(*key, None)).collect();
-        if let Some((prefix, limit)) = list {
-            let options = GetOptions::new()
-                .with_range(prefix_range_end(prefix.as_bytes()))
-                .with_limit(limit.max(1));
-            ops.push(TxnOp::get(prefix, Some(options)));
-        }
-        let response = with_deadline("get txn", self.kv().txn(Txn::new().and_then(ops))).await?;
-        let revision = response.header().map_or(0, |h| h.revision());
-        let mut gets: Vec<_> = response
-            .op_responses()
-            .into_iter()
-            .map(|op| match op {
-                TxnOpResponse::Get(get) => Some(get),
-                _ => None,
-            })
-            .collect();
-        let listed = match list {
-            Some(_) => gets.pop().flatten().and_then(|get| {
-                (!get.more()).then(|| ListPage::from_key_values(get.kvs(), revision, get.count()))
-            }),
-            None => None,
+        let read = Read {
+            keys: keys.iter().map(|key| (*key).to_owned()).collect(),
+            list: list.map(|(prefix, limit)| (prefix.to_owned(), limit)),
         };
-        let values = gets
-            .into_iter()
-            .map(|get| {
-                get.and_then(|mut get| get.take_kvs().into_iter().next())
-                    .map(|kv| kv.into_key_value().1)
-            })
-            .collect();
-        Ok(TxnRead {
-            values,
-            listed,
-            revision,
-        })
+        match &self.reads {
+            Some(batcher) => batcher.read(&self.kv(), read).await,
+            None => read_batch::one_txn(&self.kv(), std::slice::from_ref(&read))
+                .await
+                .map(|mut reads| reads.remove(0)),
+        }
+    }
+
+    /// This backend (a clone of its connection) sending the reads of [`Self::get_all`] and
+    /// [`Self::get_all_and_list`] that overlap in time together, in few transactions (see
+    /// `etcd/read_batch.rs`): for a client whose many users start at once, as the remote
+    /// clusters of an agent behind kvstoremesh do.
+    #[must_use]
+    pub fn with_batched_reads(mut self) -> Self {
+        self.reads = Some(Arc::default());
+        self
     }
 
     /// Writes one key.

@@ -1,6 +1,7 @@
 //! etcd clients shared by every remote whose config names the same etcd (the same endpoints
 //! and TLS files). Behind kvstoremesh every remote is read from the local etcd: one
-//! connection carries them all, where Cilium's agent opens one per remote.
+//! connection carries them all, where Cilium's agent opens one per remote, and their first
+//! reads, which start together, go together too (`EtcdBackend::with_batched_reads`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -76,7 +77,8 @@ impl SharedBackends {
         }
         let backend = EtcdBackend::connect(config, timeout)
             .await?
-            .with_shared_watches(&SHARED_WATCH_ROOTS);
+            .with_shared_watches(&SHARED_WATCH_ROOTS)
+            .with_batched_reads();
         let generation = self.connections.fetch_add(1, Ordering::Relaxed);
         *slot = Some((generation, backend.clone()));
         Ok(Shared {

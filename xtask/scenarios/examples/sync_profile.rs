@@ -35,6 +35,7 @@ use meshwork_clustermesh::events::{
     ClusterRef, Forwarder, IdentityEvents, IpCacheRoute, RemoteEvents, Sinks,
 };
 use meshwork_clustermesh::remote_cluster::prefixes::ClusterPrefixes;
+use meshwork_clustermesh::remote_cluster::runner::read_cluster_config;
 use meshwork_kvstore::{EtcdBackend, EtcdConfig, WatchStore, WatchStoreOptions, keys};
 use meshwork_lab::agent::{AgentOptions, AgentProcess, write_cluster_config};
 use meshwork_lab::cilium::{Cluster, Sizes};
@@ -129,6 +130,19 @@ enum Command {
         /// Read the pages as the agent's lists do instead (in place, `ListPage`).
         #[arg(long)]
         in_place: bool,
+        /// Read the kvstoremesh cache prefixes (behind `serve-cache`), as `bench
+        /// mesh-scale`'s floor does.
+        #[arg(long)]
+        cached: bool,
+    },
+    /// Every remote's first read (cluster config, heartbeat, canaries: one transaction
+    /// each), all at once over one connection per etcd, as an agent's loops start.
+    Configs {
+        #[arg(long)]
+        dir: PathBuf,
+        /// Send the reads that overlap together, as the agent's shared connections do.
+        #[arg(long)]
+        batched: bool,
     },
     /// `meshwork-apiserver kvstoremesh` caching the remotes of `<dir>/clustermesh` into a
     /// fresh local etcd, from its start until every cache canary is written.
@@ -197,7 +211,11 @@ fn main() -> anyhow::Result<()> {
             };
             runtime()?.block_on(serve_cache(&dir, clusters, sizes))
         }
-        Command::Raw { dir, in_place } => runtime()?.block_on(raw(&dir, in_place)),
+        Command::Raw {
+            dir,
+            in_place,
+            cached,
+        } => runtime()?.block_on(raw(&dir, in_place, cached)),
         Command::Agent {
             dir,
             bin,
@@ -205,6 +223,7 @@ fn main() -> anyhow::Result<()> {
             cluster_id,
             log,
         } => runtime()?.block_on(agent(&dir, &bin, callgrind_dump, cluster_id, log)),
+        Command::Configs { dir, batched } => runtime()?.block_on(configs(&dir, batched)),
         Command::Kvstoremesh { dir, bin } => runtime()?.block_on(kvstoremesh(&dir, &bin)),
         Command::Store { dir } => actix::System::new().block_on(store(&dir)),
     }
@@ -372,8 +391,12 @@ async fn kvstoremesh(dir: &Path, bin: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The prefixes the agent reads of `cluster`.
-fn prefixes(cluster: &str) -> [String; 4] {
+/// The prefixes the agent reads of `cluster`: its state, or its kvstoremesh cache.
+fn prefixes(cluster: &str, cached: bool) -> [String; 4] {
+    if cached {
+        let p = ClusterPrefixes::new(cluster, true);
+        return [p.nodes, p.services, p.identities, p.ipcache].map(|p| format!("{}/", p.watch));
+    }
     [
         format!("{}/{cluster}/", keys::NODES_PREFIX),
         format!("{}/{cluster}/", keys::SERVICES_PREFIX),
@@ -382,12 +405,21 @@ fn prefixes(cluster: &str) -> [String; 4] {
     ]
 }
 
-async fn raw(dir: &Path, in_place: bool) -> anyhow::Result<()> {
+async fn raw(dir: &Path, in_place: bool, cached: bool) -> anyhow::Result<()> {
     let mut tasks = Vec::new();
     let mut backends = Vec::new();
+    // One connection per etcd, as the agent and the bench's floor hold.
+    let mut connections = std::collections::HashMap::new();
     for (name, endpoint) in clusters_of(dir)? {
-        let backend = connect(&endpoint).await?;
-        for prefix in prefixes(&name) {
+        let backend = match connections.get(&endpoint) {
+            Some(backend) => EtcdBackend::clone(backend),
+            None => {
+                let backend = connect(&endpoint).await?;
+                connections.insert(endpoint, backend.clone());
+                backend
+            }
+        };
+        for prefix in prefixes(&name, cached) {
             backends.push((backend.clone(), prefix));
         }
     }
@@ -408,6 +440,43 @@ async fn raw(dir: &Path, in_place: bool) -> anyhow::Result<()> {
         started.elapsed(),
         cpu_ms() - cpu,
         ALLOCATIONS.load(Ordering::Relaxed) - allocations,
+    );
+    Ok(())
+}
+
+async fn configs(dir: &Path, batched: bool) -> anyhow::Result<()> {
+    let mut connections = std::collections::HashMap::new();
+    let mut reads = Vec::new();
+    for (name, endpoint) in clusters_of(dir)? {
+        let backend = match connections.get(&endpoint) {
+            Some(backend) => EtcdBackend::clone(backend),
+            None => {
+                let mut backend = connect(&endpoint).await?;
+                if batched {
+                    backend = backend.with_batched_reads();
+                }
+                connections.insert(endpoint, backend.clone());
+                backend
+            }
+        };
+        reads.push((backend, name));
+    }
+    let cpu = cpu_ms();
+    let started = Instant::now();
+    let tasks: Vec<_> = reads
+        .into_iter()
+        .map(|(backend, name)| {
+            tokio::spawn(async move { read_cluster_config(&backend, &name).await })
+        })
+        .collect();
+    let count = tasks.len();
+    for task in tasks {
+        task.await??;
+    }
+    println!(
+        "configs: {count} first reads in {:.1} ms, cpu {} ms",
+        ms(started.elapsed()),
+        cpu_ms() - cpu
     );
     Ok(())
 }

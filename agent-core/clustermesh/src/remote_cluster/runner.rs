@@ -33,9 +33,10 @@ const CANARIES_READ_AHEAD: i64 = 64;
 /// The first read of a connection to `cluster`: `cilium/.has-cluster-config`, the cluster
 /// config and the heartbeat (in that order in [`TxnRead::values`]) and the canaries, in one
 /// round trip and one read transaction on the server, at the revision the watchdog and the
-/// canary store then watch from. etcd 3.4 copies its read buffer into every read
-/// transaction, and 250 remotes behind kvstoremesh all read the one local etcd; etcd refuses
-/// the transaction whole when the user may not read one of its keys.
+/// canary store then watch from. 250 remotes behind kvstoremesh all read the one local etcd
+/// at once, each a transaction etcd spends about 0.4 ms of CPU on: a shared connection sends
+/// the reads that overlap together (`EtcdBackend::with_batched_reads`). etcd refuses a
+/// transaction whole when the user may not read one of its keys.
 pub async fn read_cluster_config(
     backend: &EtcdBackend,
     cluster: &str,
