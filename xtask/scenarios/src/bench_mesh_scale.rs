@@ -6,7 +6,8 @@
 //! Each round measures two pairs, each subject against its floor, back to back:
 //! 1. kvstoremesh start → every cache canary written, against a raw copy: list every remote
 //!    and write the same keys (config, entries, canaries) to an empty local etcd in
-//!    transactions of 128 (etcd's default `--max-txn-ops`);
+//!    transactions of 128 (etcd's default `--max-txn-ops`), each under a lease of at most
+//!    1,000 keys, as cilium-semantics §8 has kvstoremesh write them;
 //! 2. agent start → `IPIdentitiesSynced` on the filled cache, against a raw paginated read of
 //!    every cache prefix; both after one unmeasured read of the cache, so neither pays for
 //!    meeting an etcd fresh from its bulk load.
@@ -25,7 +26,8 @@ use futures::{StreamExt as _, TryStreamExt as _};
 use meshwork_clustermesh::remote_cluster::prefixes::ClusterPrefixes;
 use meshwork_kvstore::etcd::DEFAULT_PAGE_SIZE;
 use meshwork_kvstore::keys::SYNCED_PREFIX;
-use meshwork_kvstore::{EtcdBackend, WatchEvent};
+use meshwork_kvstore::lease_writer::MAX_KEYS_PER_LEASE;
+use meshwork_kvstore::{EtcdBackend, KeyWrite, WatchEvent};
 use meshwork_lab::cilium::{Cluster, Sizes};
 use meshwork_lab::etcd::{EtcdOptions, EtcdServer};
 use meshwork_lab::kvstoremesh::{KvstoremeshOptions, KvstoremeshProcess};
@@ -50,6 +52,8 @@ const CACHE_TIMEOUT: Duration = Duration::from_secs(600);
 const LOADS_IN_FLIGHT: usize = 16;
 /// etcd's default `--max-txn-ops`, which the raw copy keeps to as kvstoremesh does.
 const OPS_PER_TXN: usize = 128;
+/// kvstoremesh's lease TTL (Cilium's 15 minutes), which the raw copy's leases have too.
+const LEASE_TTL_S: i64 = 15 * 60;
 
 /// Options of the mesh-scale benchmark.
 #[derive(clap::Args)]
@@ -338,7 +342,8 @@ async fn copy_cluster(remote: &EtcdBackend, local: &EtcdBackend, name: &str) -> 
             writes.push((format!("{}/{rest}", to.watch), value));
         }
     }
-    local.put_many(writes, OPS_PER_TXN).await?;
+    let mut leases = Leases::default();
+    put_leased(local, &mut leases, writes).await?;
     let canaries = [
         &cache.nodes,
         &cache.services,
@@ -351,7 +356,39 @@ async fn copy_cluster(remote: &EtcdBackend, local: &EtcdBackend, name: &str) -> 
             b"2026-12-01T00:00:00Z".to_vec(),
         )
     });
-    local.put_many(canaries, OPS_PER_TXN).await?;
+    put_leased(local, &mut leases, canaries.into()).await?;
+    Ok(())
+}
+
+/// The lease the raw copy of one remote puts keys under, and the room left on it.
+#[derive(Default)]
+struct Leases {
+    current: i64,
+    room: usize,
+}
+
+/// Writes `pairs` in transactions of [`OPS_PER_TXN`], every key under a lease as kvstoremesh
+/// writes it (at most [`MAX_KEYS_PER_LEASE`] keys a lease, its TTL), going on with
+/// `leases`' current one.
+async fn put_leased(
+    local: &EtcdBackend,
+    leases: &mut Leases,
+    pairs: Vec<(String, Vec<u8>)>,
+) -> anyhow::Result<()> {
+    let mut writes = Vec::with_capacity(pairs.len());
+    for (key, value) in pairs {
+        if leases.room == 0 {
+            leases.current = local.lease_grant(LEASE_TTL_S).await?;
+            leases.room = MAX_KEYS_PER_LEASE;
+        }
+        leases.room -= 1;
+        writes.push(KeyWrite::Put {
+            key,
+            value,
+            lease: leases.current,
+        });
+    }
+    local.write_batch(&writes, OPS_PER_TXN).await?;
     Ok(())
 }
 
