@@ -220,6 +220,9 @@ fn header_revision(mut fields: Fields<'_>) -> Result<i64, MalformedResponse> {
 
 /// One `mvccpb.KeyValue`.
 fn key_value(mut fields: Fields<'_>) -> Result<Span, MalformedResponse> {
+    if let Some(span) = key_value_as_etcd_writes(fields) {
+        return Ok(span);
+    }
     let mut span = Span::default();
     while let Some((tag, field)) = fields.next()? {
         match (tag, field) {
@@ -236,6 +239,33 @@ fn key_value(mut fields: Fields<'_>) -> Result<Span, MalformedResponse> {
     Ok(span)
 }
 
+/// A `KeyValue` as etcd writes every one it has: key, create revision, mod revision,
+/// version, value, and the lease unless it is 0, in field order and each once; `None` for
+/// any other layout (a zero field left out, a field from a newer etcd, another order), which
+/// the caller then reads field by field. A tag compared as one byte, not read and matched as
+/// a field: 250k keys of an agent's sync behind kvstoremesh took 330 instructions a key
+/// through the field loop (callgrind).
+#[inline]
+fn key_value_as_etcd_writes(mut fields: Fields<'_>) -> Option<Span> {
+    let key = fields.tagged_bytes(1)?;
+    let create_revision = fields.tagged_varint(2)? as i64;
+    let mod_revision = fields.tagged_varint(3)? as i64;
+    let version = fields.tagged_varint(4)? as i64;
+    let value = fields.tagged_bytes(5)?;
+    let lease = match fields.at < fields.buffer.len() {
+        true => fields.tagged_varint(6)? as i64,
+        false => 0,
+    };
+    (fields.at == fields.buffer.len()).then_some(Span {
+        key,
+        value,
+        create_revision,
+        mod_revision,
+        version,
+        lease,
+    })
+}
+
 /// One field's payload: a varint, or where a length-delimited one lies in the buffer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Field {
@@ -247,6 +277,7 @@ enum Field {
 
 /// The fields of one message: `buffer[at..]`, the buffer cut where the message ends so that
 /// offsets stay those of the whole response.
+#[derive(Clone, Copy)]
 struct Fields<'a> {
     buffer: &'a [u8],
     at: usize,
@@ -319,6 +350,26 @@ impl<'a> Fields<'a> {
             _ => return Err(MalformedResponse("a bad wire type")),
         };
         Ok(Some((tag, field)))
+    }
+
+    /// The varint of field `tag` when the next field is that one, a varint.
+    #[inline]
+    fn tagged_varint(&mut self, tag: u8) -> Option<u64> {
+        (*self.buffer.get(self.at)? == tag << 3).then_some(())?;
+        self.at += 1;
+        self.varint()
+    }
+
+    /// Where the bytes of field `tag` lie when the next field is that one, length-delimited.
+    #[inline]
+    fn tagged_bytes(&mut self, tag: u8) -> Option<Range<u32>> {
+        (*self.buffer.get(self.at)? == tag << 3 | 2).then_some(())?;
+        self.at += 1;
+        let len = usize::try_from(self.varint()?).ok()?;
+        let start = self.at;
+        (len <= self.buffer.len() - start).then_some(())?;
+        self.at += len;
+        Some(offset(start)..offset(self.at))
     }
 
     fn skip(&mut self, len: usize) -> Result<Field, MalformedResponse> {
@@ -516,6 +567,37 @@ mod tests {
             (read.page.revision, read.page.remaining, read.more),
             (0, 0, false)
         );
+    }
+
+    #[test]
+    fn a_key_value_in_any_layout_reads_as_prost_reads_it() {
+        // As etcd writes it (read in one pass), fields out of order, a field repeated (the
+        // last value wins), a zero left out, a field from a newer etcd: each read as prost
+        // reads it.
+        let layouts: [&[u8]; 7] = [
+            &[
+                0x0a, 1, b'k', 0x10, 3, 0x18, 5, 0x20, 1, 0x2a, 1, b'v', 0x30, 7,
+            ],
+            &[0x0a, 1, b'k', 0x10, 3, 0x18, 5, 0x20, 1, 0x2a, 1, b'v'],
+            &[0x18, 5, 0x0a, 1, b'k', 0x2a, 1, b'v', 0x10, 3, 0x20, 1],
+            &[
+                0x0a, 1, b'k', 0x10, 3, 0x18, 5, 0x20, 1, 0x2a, 1, b'v', 0x18, 9,
+            ],
+            &[0x0a, 1, b'k', 0x10, 3, 0x18, 5, 0x2a, 1, b'v'],
+            &[
+                0x0a, 1, b'k', 0x10, 3, 0x18, 5, 0x20, 1, 0x2a, 1, b'v', 0x30, 7, 0x38, 1,
+            ],
+            &[
+                0x0a, 1, b'k', 0x10, 3, 0x18, 5, 0x20, 1, 0x2a, 1, b'v', 0x30, 7, 0x18, 9,
+            ],
+        ];
+        for layout in layouts {
+            let mut response = vec![0x12, u8::try_from(layout.len()).unwrap()];
+            response.extend_from_slice(layout);
+            let reference = PbRangeResponse::decode(&response[..]).unwrap();
+            let read = RangeResponse::parse(Bytes::from(response), 8).unwrap();
+            assert_eq!(pairs(&read.page), reference.kvs, "{layout:?}");
+        }
     }
 
     #[test]
