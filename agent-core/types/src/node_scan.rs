@@ -126,11 +126,15 @@ impl<'a> NodeScan<'a> {
             Field::Source => self.string_into(&mut node.source)?,
             Field::WireguardPubKey => self.string_into(&mut node.wireguard_pub_key)?,
             Field::BootId => self.string_into(&mut node.boot_id)?,
-            Field::IpAddresses => node.ip_addresses = self.addresses()?,
+            Field::IpAddresses => node.ip_addresses = self.array(Self::address)?,
             Field::Ipv4AllocCidr => self.cidr_into(&mut node.ipv4_alloc_cidr)?,
             Field::Ipv6AllocCidr => self.cidr_into(&mut node.ipv6_alloc_cidr)?,
-            Field::Ipv4SecondaryAllocCidrs => node.ipv4_secondary_alloc_cidrs = self.cidrs()?,
-            Field::Ipv6SecondaryAllocCidrs => node.ipv6_secondary_alloc_cidrs = self.cidrs()?,
+            Field::Ipv4SecondaryAllocCidrs => {
+                node.ipv4_secondary_alloc_cidrs = self.array(Self::cidr)?;
+            }
+            Field::Ipv6SecondaryAllocCidrs => {
+                node.ipv6_secondary_alloc_cidrs = self.array(Self::cidr)?;
+            }
             Field::Ipv4HealthIp => node.ipv4_health_ip = self.scanner.ip()?,
             Field::Ipv6HealthIp => node.ipv6_health_ip = self.scanner.ip()?,
             Field::Ipv4IngressIp => node.ipv4_ingress_ip = self.scanner.ip()?,
@@ -181,24 +185,25 @@ impl<'a> NodeScan<'a> {
         Some(())
     }
 
-    /// `IPAddresses`: `null` or an array of `{"Type":..,"IP":..}`.
-    fn addresses(&mut self) -> Option<Vec<Address>> {
-        let mut addresses = Vec::new();
+    /// `null` (no element) or an array whose elements `element` reads.
+    fn array<T>(&mut self, element: impl Fn(&mut Self) -> Option<T>) -> Option<Vec<T>> {
+        let mut elements = Vec::new();
         if self.scanner.null()? {
-            return Some(addresses);
+            return Some(elements);
         }
         self.scanner.expect(b'[')?;
         if self.scanner.empty(b']')? {
-            return Some(addresses);
+            return Some(elements);
         }
         loop {
-            addresses.push(self.address()?);
+            elements.push(element(self)?);
             if !self.scanner.more(b']')? {
-                return Some(addresses);
+                return Some(elements);
             }
         }
     }
 
+    /// One of `IPAddresses`: `{"Type":..,"IP":..}`.
     fn address(&mut self) -> Option<Address> {
         let mut address = Address::default();
         self.scanner.expect(b'{')?;
@@ -257,24 +262,6 @@ impl<'a> NodeScan<'a> {
         }
         let ones = mask.flatten()?.prefix_len()?;
         Some(IpPrefix::new(ip.flatten()?, ones).ok()?.masked())
-    }
-
-    /// A secondary CIDR list: `null` or an array of CIDR objects.
-    fn cidrs(&mut self) -> Option<Vec<IpPrefix>> {
-        let mut cidrs = Vec::new();
-        if self.scanner.null()? {
-            return Some(cidrs);
-        }
-        self.scanner.expect(b'[')?;
-        if self.scanner.empty(b']')? {
-            return Some(cidrs);
-        }
-        loop {
-            cidrs.push(self.cidr()?);
-            if !self.scanner.more(b']')? {
-                return Some(cidrs);
-            }
-        }
     }
 
     /// `Labels` or `Annotations`: `null` or an object of strings (a repeated key's last
