@@ -37,7 +37,7 @@ use super::net::{IpMask, go_ip_normalize, parse_go_ip};
 /// checks every string it reads, a node's 38 of them each with its own call (a fifth of a
 /// node's decoding, callgrind). Valid UTF-8 reads the same through the text reader; anything
 /// else goes through the slice reader, whose error is the one the caller always got.
-pub fn from_json_bytes<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, serde_json::Error> {
+pub(crate) fn from_json_bytes<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, serde_json::Error> {
     match std::str::from_utf8(bytes) {
         Ok(text) => serde_json::from_str(text),
         Err(_) => serde_json::from_slice(bytes),

@@ -332,8 +332,8 @@ impl AgentProcess {
     pub fn wait_running(&mut self) -> Result<()> {
         let log = self.process.log().to_owned();
         let offset = usize::try_from(self.log_offset).unwrap_or(0);
-        // Benchmarks time an agent from its start; it runs after about 20 ms, so looking
-        // every 20 ms (the default) would add up to one look more to what they measure.
+        // Benchmarks time an agent from its start, and it runs about 5 ms after it: looking
+        // every 20 ms (the default) added up to 20 ms to what they measure.
         let up = Wait::new("the agent to run")
             .timeout(START_TIMEOUT)
             .every(START_POLL)

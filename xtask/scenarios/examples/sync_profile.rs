@@ -17,6 +17,9 @@
 //! $H kvstoremesh --dir /tmp/sync --bin target/release/meshwork-apiserver  # start → canaries
 //! $H serve-cache --dir /tmp/cache &     # 250 remotes already cached in one etcd
 //! $H agent --dir /tmp/cache --bin target/release/meshwork-agent --cluster-id 255
+//! $H raw --dir /tmp/cache --cached      # the floor of that: the cache prefixes read raw
+//! $H configs --dir /tmp/cache [--batched]  # the remotes' first reads, one transaction each
+//!                                       # or sent together as the agent's connection does
 //! ```
 //!
 //! `--bin` may be a wrapper script that `exec`s a profiler on the agent.
@@ -408,17 +411,7 @@ fn prefixes(cluster: &str, cached: bool) -> [String; 4] {
 async fn raw(dir: &Path, in_place: bool, cached: bool) -> anyhow::Result<()> {
     let mut tasks = Vec::new();
     let mut backends = Vec::new();
-    // One connection per etcd, as the agent and the bench's floor hold.
-    let mut connections = std::collections::HashMap::new();
-    for (name, endpoint) in clusters_of(dir)? {
-        let backend = match connections.get(&endpoint) {
-            Some(backend) => EtcdBackend::clone(backend),
-            None => {
-                let backend = connect(&endpoint).await?;
-                connections.insert(endpoint, backend.clone());
-                backend
-            }
-        };
+    for (name, backend) in connections(dir, false).await? {
         for prefix in prefixes(&name, cached) {
             backends.push((backend.clone(), prefix));
         }
@@ -444,12 +437,14 @@ async fn raw(dir: &Path, in_place: bool, cached: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn configs(dir: &Path, batched: bool) -> anyhow::Result<()> {
-    let mut connections = std::collections::HashMap::new();
-    let mut reads = Vec::new();
+/// Each remote of `dir` with its etcd client: one connection per etcd, as the agent and the
+/// bench's floor hold, `batched` as the agent's shared connections are.
+async fn connections(dir: &Path, batched: bool) -> anyhow::Result<Vec<(String, EtcdBackend)>> {
+    let mut connections: std::collections::HashMap<String, EtcdBackend> = Default::default();
+    let mut remotes = Vec::new();
     for (name, endpoint) in clusters_of(dir)? {
         let backend = match connections.get(&endpoint) {
-            Some(backend) => EtcdBackend::clone(backend),
+            Some(backend) => backend.clone(),
             None => {
                 let mut backend = connect(&endpoint).await?;
                 if batched {
@@ -459,13 +454,18 @@ async fn configs(dir: &Path, batched: bool) -> anyhow::Result<()> {
                 backend
             }
         };
-        reads.push((backend, name));
+        remotes.push((name, backend));
     }
+    Ok(remotes)
+}
+
+async fn configs(dir: &Path, batched: bool) -> anyhow::Result<()> {
+    let reads = connections(dir, batched).await?;
     let cpu = cpu_ms();
     let started = Instant::now();
     let tasks: Vec<_> = reads
         .into_iter()
-        .map(|(backend, name)| {
+        .map(|(name, backend)| {
             tokio::spawn(async move { read_cluster_config(&backend, &name).await })
         })
         .collect();

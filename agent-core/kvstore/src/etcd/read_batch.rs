@@ -13,7 +13,7 @@
 //! the server allows fewer operations) is sent again read by read, so that each caller gets
 //! its own answer.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use etcd_client::{GetOptions, KvClient, Txn, TxnOp, TxnOpResponse};
@@ -103,20 +103,21 @@ impl ReadBatcher {
 fn groups(batch: Vec<Pending>) -> Vec<Vec<Pending>> {
     let mut groups = Vec::new();
     let mut group: Vec<Pending> = Vec::new();
-    let mut keys: std::collections::HashSet<String> = std::collections::HashSet::new();
+    let mut keys: HashSet<String> = HashSet::new();
+    let mut ops = 0;
     for pending in batch {
-        let new_keys = pending
-            .read
-            .keys
-            .iter()
-            .filter(|key| !keys.contains(*key))
-            .count();
-        let ops = new_keys + usize::from(pending.read.list.is_some());
-        if !group.is_empty() && keys.len() + lists(&group) + ops > MAX_OPS {
+        let read = &pending.read;
+        let new_keys = read.keys.iter().filter(|key| !keys.contains(*key)).count();
+        let needs = new_keys + usize::from(read.list.is_some());
+        if !group.is_empty() && ops + needs > MAX_OPS {
             groups.push(std::mem::take(&mut group));
             keys.clear();
+            ops = 0;
         }
-        keys.extend(pending.read.keys.iter().cloned());
+        for key in &read.keys {
+            ops += usize::from(keys.insert(key.clone()));
+        }
+        ops += usize::from(read.list.is_some());
         group.push(pending);
     }
     if !group.is_empty() {
@@ -125,30 +126,27 @@ fn groups(batch: Vec<Pending>) -> Vec<Vec<Pending>> {
     groups
 }
 
-fn lists(group: &[Pending]) -> usize {
-    group.iter().filter(|p| p.read.list.is_some()).count()
-}
-
 /// One transaction for `group`; if etcd refuses it, one for each read.
 async fn send_group(kv: &KvClient, group: Vec<Pending>) {
-    let reads: Vec<Read> = group.iter().map(|p| p.read.clone()).collect();
+    let (reads, replies): (Vec<Read>, Vec<_>) =
+        group.into_iter().map(|p| (p.read, p.reply)).unzip();
     match one_txn(kv, &reads).await {
         Ok(answers) => {
-            for (pending, answer) in group.into_iter().zip(answers) {
+            for (reply, answer) in replies.into_iter().zip(answers) {
                 // A caller that gave up no longer listens.
-                let _ = pending.reply.send(Ok(answer));
+                let _ = reply.send(Ok(answer));
             }
         }
-        Err(_) if group.len() > 1 => {
-            let alone = group.into_iter().map(|pending| async move {
-                let answer = one_txn(kv, std::slice::from_ref(&pending.read)).await;
-                let _ = pending.reply.send(answer.map(|mut reads| reads.remove(0)));
+        Err(_) if reads.len() > 1 => {
+            let alone = reads.iter().zip(replies).map(|(read, reply)| async move {
+                let answer = one_txn(kv, std::slice::from_ref(read)).await;
+                let _ = reply.send(answer.map(|mut reads| reads.remove(0)));
             });
             futures::future::join_all(alone).await;
         }
         Err(err) => {
-            if let Some(pending) = group.into_iter().next() {
-                let _ = pending.reply.send(Err(err));
+            if let Some(reply) = replies.into_iter().next() {
+                let _ = reply.send(Err(err));
             }
         }
     }
